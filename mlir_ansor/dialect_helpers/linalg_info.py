@@ -1,0 +1,179 @@
+"""Read the loop structure of the tileable ops of a task function.
+
+Named linalg ops are generalized first (on a private copy) so every op is read the same
+way: iterator types, indexing maps, loop extents. Nothing here depends on op names.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from iree.compiler import ir
+from iree.compiler.passmanager import PassManager
+
+from mlir_ansor.errors import UnsupportedDispatch
+
+# Body ops that count as one floating-point (or integer) operation each.
+_ARITH_PREFIXES = ("arith.", "math.")
+_FREE_OPS = ("arith.constant", "arith.index_cast", "linalg.yield", "linalg.index")
+
+
+@dataclass(frozen=True)
+class OperandInfo:
+    shape: tuple[int, ...]
+    map_results: tuple[tuple[tuple[int, int], ...], ...]  # per tensor dim: ((loop, coeff), ...)
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One tileable op of a dispatch, in payload order."""
+
+    index: int
+    name: str  # role name used by programs, e.g. "op1_generic"
+    op_name: str  # e.g. linalg.matmul, tensor.pad
+    iterators: tuple[str, ...]  # "parallel" / "reduction" per loop
+    extents: tuple[int, ...]
+    operands: tuple[OperandInfo, ...]
+    body_ops: int  # arithmetic ops per loop iteration
+    producers: tuple[int, ...]  # indices of ops whose results this op reads
+
+    @property
+    def is_linalg(self) -> bool:
+        return self.op_name.startswith("linalg.")
+
+    @property
+    def reduction_dims(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.iterators) if t == "reduction")
+
+    @property
+    def parallel_dims(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.iterators) if t == "parallel")
+
+    @property
+    def flops(self) -> int:
+        return math.prod(self.extents) * max(self.body_ops, 1) if self.is_linalg else 0
+
+    @property
+    def output(self) -> OperandInfo:
+        return [o for o in self.operands if o.is_output][0]
+
+    def output_dim_of_loop(self, loop: int) -> int | None:
+        """Which dim of the (first) output tensor loop `loop` indexes, if any."""
+        for pos, terms in enumerate(self.output.map_results):
+            if terms == ((loop, 1),):
+                return pos
+        return None
+
+
+def _affine_terms(expr: ir.AffineExpr) -> tuple[tuple[int, int], ...] | None:
+    """Linear terms (dim, coefficient) of an affine expression; None if not linear."""
+    if isinstance(expr, ir.AffineDimExpr):
+        return ((expr.position, 1),)
+    if isinstance(expr, ir.AffineConstantExpr):
+        return ()
+    if isinstance(expr, ir.AffineAddExpr):
+        lhs, rhs = _affine_terms(expr.lhs), _affine_terms(expr.rhs)
+        if lhs is None or rhs is None:
+            return None
+        return lhs + rhs
+    if isinstance(expr, ir.AffineMulExpr):
+        for a, b in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
+            if isinstance(b, ir.AffineConstantExpr) and isinstance(a, ir.AffineDimExpr):
+                return ((a.position, b.value),)
+    return None
+
+
+def _static_shape(t: ir.Type) -> tuple[int, ...]:
+    if isinstance(t, (ir.FloatType, ir.IntegerType, ir.IndexType)):
+        return ()  # a scalar operand (e.g. the value of a fill)
+    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
+        raise UnsupportedDispatch(f"operand type {t} is not a static tensor")
+    return tuple(t.shape)
+
+
+def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo, ...], int]:
+    maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+    iterators = tuple(str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"])
+    n_inputs = len(op.operands) - len(op.results)
+    operands = []
+    for i, (value, amap) in enumerate(zip(op.operands, maps)):
+        terms = []
+        for r in amap.results:
+            t = _affine_terms(r)
+            if t is None:
+                raise UnsupportedDispatch(f"non-linear indexing map {amap} in {op.name}")
+            terms.append(t)
+        operands.append(OperandInfo(_static_shape(value.type), tuple(terms), i >= n_inputs))
+    body = op.regions[0].blocks[0]
+    n_arith = sum(
+        1 for b in body.operations
+        if b.operation.name.startswith(_ARITH_PREFIXES) and b.operation.name not in _FREE_OPS
+    )
+    return iterators, tuple(operands), n_arith
+
+
+def _extents(iterators: tuple[str, ...], operands: tuple[OperandInfo, ...]) -> tuple[int, ...]:
+    extents: list[int | None] = [None] * len(iterators)
+    for o in operands:
+        for size, terms in zip(o.shape, o.map_results):
+            if len(terms) == 1 and terms[0][1] == 1 and extents[terms[0][0]] is None:
+                extents[terms[0][0]] = size
+    if any(e is None for e in extents):
+        raise UnsupportedDispatch("a loop extent cannot be derived from the operand shapes")
+    return tuple(int(e) for e in extents)  # type: ignore[arg-type]
+
+
+def _tileable_ops(func: ir.Operation) -> list[ir.Operation]:
+    ops: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name.startswith("linalg.") and o.name != "linalg.yield" and o.name != "linalg.index":
+            ops.append(o)
+            return ir.WalkResult.SKIP
+        if o.name == "tensor.pad":
+            ops.append(o)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return ops
+
+
+def analyze_task(task_mlir: str) -> list[OpInfo]:
+    """Ops of the task's `@main`, in payload order (the order the strategy's split_handle sees)."""
+    with ir.Context() as ctx:
+        module = ir.Module.parse(task_mlir, ctx)
+        names_before = [o.name for o in _tileable_ops(module.operation)]
+        pm = PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))")
+        pm.run(module.operation)
+        ops = _tileable_ops(module.operation)
+        if len(ops) != len(names_before):
+            raise UnsupportedDispatch("generalization changed the number of ops")
+        results_to_index = {}
+        infos = []
+        for i, (op, orig_name) in enumerate(zip(ops, names_before)):
+            producers = []
+            for v in op.operands:
+                owner = v.owner
+                if isinstance(owner, ir.Operation) or hasattr(owner, "operation"):
+                    key = owner.operation if hasattr(owner, "operation") else owner
+                    for j, known in results_to_index.items():
+                        if known == key:
+                            producers.append(j)
+            results_to_index[i] = op
+            short = orig_name.split(".")[-1]
+            if op.name == "linalg.generic":
+                iterators, operands, n_arith = _read_generic(op)
+                extents = _extents(iterators, operands)
+            elif op.name == "tensor.pad":
+                shape = _static_shape(op.results[0].type)
+                iterators = ("parallel",) * len(shape)
+                ident = tuple(((d, 1),) for d in range(len(shape)))
+                operands = (OperandInfo(shape, ident, True),)
+                extents, n_arith = shape, 0
+            else:
+                raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
+            infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
+                                n_arith, tuple(sorted(set(producers)))))
+        return infos

@@ -1,0 +1,130 @@
+"""Thin builders over the Transform dialect Python bindings (no tuning logic here).
+
+Each method inserts one transform op at the current insertion point and returns its
+result handle(s). Ops without generated Python classes (IREE's own) go through
+`ir.Operation.create`, still from the bindings, never from strings of IR.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from iree.compiler import ir
+from iree.compiler.dialects import transform
+from iree.compiler.dialects.transform import loop, structured, vector
+
+
+def any_op() -> ir.Type:
+    return transform.AnyOpType.get()
+
+
+def _nonzero(sizes: Sequence[int]) -> int:
+    return sum(1 for s in sizes if s)
+
+
+class TB:
+    """Transform builder bound to an insertion point (use inside `with ir.InsertionPoint`)."""
+
+    def match_names(self, target: ir.Value, names: Sequence[str]) -> ir.Value:
+        return structured.MatchOp(any_op(), target, ops=list(names)).result
+
+    def match_tileable(self, target: ir.Value) -> ir.Value:
+        return structured.MatchOp(
+            any_op(), target, interface=structured.MatchInterfaceEnum.TilingInterface).result
+
+    def split(self, handle: ir.Value, n: int) -> list[ir.Value]:
+        if n == 1:
+            return [handle]
+        return list(transform.SplitHandleOp([any_op()] * n, handle).results)
+
+    def registered_pass(self, target: ir.Value, name: str) -> ir.Value:
+        return transform.ApplyRegisteredPassOp(any_op(), target, name).result
+
+    def tile_forall(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, ir.Value]:
+        k = _nonzero(sizes)
+        dims = ["z", "y", "x"][3 - k:]
+        mapping = ir.ArrayAttr.get([ir.Attribute.parse(f"#gpu.block<{d}>") for d in dims])
+        op = structured.TileUsingForallOp(any_op(), any_op(), target, tile_sizes=list(sizes),
+                                          mapping=mapping)
+        forall = op.results[1]
+        ir.Operation.create(
+            "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
+            operands=[forall])
+        return op.results[0], forall
+
+    def fuse_into(self, producer: ir.Value, containing: ir.Value) -> tuple[ir.Value, ir.Value]:
+        op = structured.FuseIntoContainingOp(any_op(), any_op(), producer, containing)
+        return op.results[0], op.results[1]
+
+    def tile_for(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, list[ir.Value]]:
+        n = _nonzero(sizes)
+        op = structured.TileUsingForOp([any_op()] * n, target, sizes=list(sizes))
+        return op.results[0], list(op.results[1:])
+
+    def fuse(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, list[ir.Value]]:
+        n = _nonzero(sizes)
+        op = structured.FuseOp([any_op()] * n, target, tile_sizes=list(sizes))
+        return op.results[0], list(op.results[1:])
+
+    def vectorize(self, target: ir.Value) -> None:
+        structured.VectorizeOp(target)
+
+    def hoist(self, loop_h: ir.Value) -> None:
+        loop.HoistLoopInvariantSubsetsOp(loop_h)
+
+    def unroll(self, loop_h: ir.Value, factor: int) -> None:
+        loop.LoopUnrollOp(loop_h, factor=factor)
+
+    def cse(self, target: ir.Value) -> None:
+        transform.ApplyCommonSubexpressionEliminationOp(target)
+
+    def patterns(self, target: ir.Value, builders: Sequence) -> None:
+        op = transform.ApplyPatternsOp(target)
+        with ir.InsertionPoint(op.regions[0].blocks[0]):
+            for b in builders:
+                b()
+
+    def iree_op(self, name: str, operands: Sequence[ir.Value], results: int = 0):
+        return ir.Operation.create(name, results=[any_op()] * results, operands=list(operands))
+
+    def annotate(self, target: ir.Value, key: str, attr: ir.Attribute) -> None:
+        param = transform.ParamConstantOp(transform.AnyParamType.get(), attr).result
+        transform.AnnotateOp(target, key, param=param)
+
+
+# Pattern groups used by the strategies (each entry builds one pattern op).
+def tiling_cleanup() -> list:
+    return [structured.ApplyTilingCanonicalizationPatternsOp,
+            loop.ApplyForLoopCanonicalizationPatternsOp,
+            lambda: ir.Operation.create("transform.apply_patterns.tensor.fold_tensor_empty"),
+            transform.ApplyCanonicalizationPatternsOp]
+
+
+def after_vectorize() -> list:
+    return [vector.ApplyVectorReductionToContractPatternsOp,
+            vector.ApplyTransferPermutationPatternsOp,
+            vector.ApplyCastAwayVectorLeadingOneDimPatternsOp,
+            structured.ApplyTilingCanonicalizationPatternsOp,
+            loop.ApplyForLoopCanonicalizationPatternsOp,
+            transform.ApplyCanonicalizationPatternsOp]
+
+
+def unit_dims() -> list:
+    return [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
+            transform.ApplyCanonicalizationPatternsOp]
+
+
+def lower_vectors() -> list:
+    return [
+        lambda: vector.ApplyLowerContractionPatternsOp(
+            lowering_strategy=vector.VectorContractLowering.OuterProduct),
+        vector.ApplyTransferPermutationPatternsOp,
+        lambda: vector.ApplySplitTransferFullPartialPatternsOp(
+            split_transfer_strategy=vector.VectorTransferSplit.LinalgCopy),
+        lambda: vector.ApplyTransferToScfPatternsOp(max_transfer_rank=1, full_unroll=True),
+        lambda: vector.ApplyLowerTransferPatternsOp(max_transfer_rank=1),
+        vector.ApplyLowerShapeCastPatternsOp,
+        lambda: vector.ApplyLowerTransposePatternsOp(
+            lowering_strategy=vector.VectorTransposeLowering.Shuffle1D),
+        vector.ApplyLowerOuterProductPatternsOp,
+        transform.ApplyCanonicalizationPatternsOp,
+    ]

@@ -1,0 +1,78 @@
+"""Static analysis predicates of Ansor's derivation rules, read from iterator types and
+indexing maps only (never from op names)."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
+
+# Rfactor pays off when the parallel space cannot feed the cores but the reduction is long.
+RFACTOR_MAX_PARALLEL = 256
+RFACTOR_MIN_REDUCTION = 1024
+
+
+def _is_projected_permutation(o: OperandInfo) -> bool:
+    dims = [t[0][0] for t in o.map_results if len(t) == 1 and t[0][1] == 1]
+    return len(dims) == len(o.map_results) and len(set(dims)) == len(dims)
+
+
+def consumers(ops: Sequence[OpInfo], i: int) -> list[int]:
+    return [o.index for o in ops if i in o.producers]
+
+
+def is_output(ops: Sequence[OpInfo], i: int) -> bool:
+    return not consumers(ops, i)
+
+
+def is_elementwise(op: OpInfo) -> bool:
+    """All loops parallel and every operand read through a projected permutation."""
+    return (not op.reduction_dims) and all(_is_projected_permutation(o) for o in op.operands)
+
+
+def is_strict_inlinable(ops: Sequence[OpInfo], i: int) -> bool:
+    """Elementwise (or padding) and not an output: can be computed inside its consumer's tile."""
+    op = ops[i]
+    if is_output(ops, i):
+        return False
+    return op.op_name == "tensor.pad" or is_elementwise(op)
+
+
+def has_data_reuse(op: OpInfo) -> bool:
+    """A reduction where some input is not indexed by every loop: tiling gives reuse."""
+    if not op.is_linalg or not op.reduction_dims:
+        return False
+    n = len(op.iterators)
+    for o in op.operands:
+        if o.is_output or not o.shape:
+            continue
+        used = {d for terms in o.map_results for d, _ in terms}
+        if len(used) < n:
+            return True
+    return False
+
+
+def has_fusible_consumer(ops: Sequence[OpInfo], i: int) -> bool:
+    """Exactly one consumer, elementwise, reading op i through a full permutation of its loops."""
+    cons = consumers(ops, i)
+    if len(cons) != 1:
+        return False
+    c = ops[cons[0]]
+    if not is_elementwise(c) or not is_output(ops, c.index):
+        return False
+    out_rank = len(ops[i].output.shape)
+    return len(c.parallel_dims) == out_rank
+
+
+def has_more_reduction_parallel(op: OpInfo) -> bool:
+    """Small parallel space, long reduction: split the reduction (rfactor)."""
+    if not op.reduction_dims:
+        return False
+    par = math.prod(op.extents[d] for d in op.parallel_dims)
+    red = math.prod(op.extents[d] for d in op.reduction_dims)
+    return par <= RFACTOR_MAX_PARALLEL and red >= RFACTOR_MIN_REDUCTION
+
+
+def has_window_access(op: OpInfo) -> bool:
+    """An input indexed by a sum of loops (convolution windows)."""
+    return any(len(t) > 1 for o in op.operands for t in o.map_results)

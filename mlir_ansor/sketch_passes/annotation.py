@@ -1,0 +1,86 @@
+"""Random annotation: fill a sketch's decisions (tile sizes, parallel loops, unroll)."""
+from __future__ import annotations
+
+import math
+import random
+from typing import Sequence
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
+                                              VectorizeStep)
+from mlir_ansor.sketch_passes.sketch import Sketch
+
+MAX_VECTOR_LANES = 64  # innermost tile of the contiguous output dim
+MAX_OTHER_INNER = 16  # innermost tile of any other spatial loop
+MAX_REGISTER_TILE = 256  # elements of the innermost (register) tile
+UNROLL_CHOICES = (1, 2, 4, 8)
+MAX_WORKGROUP_DIMS = 3
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
+    for o in ops:
+        if o.name == name:
+            return o
+    raise KeyError(f"no op named {name}")
+
+
+def _inner_limit(op: OpInfo, loop: int) -> int:
+    last = len(op.output.shape) - 1
+    return MAX_VECTOR_LANES if op.output_dim_of_loop(loop) == last else MAX_OTHER_INNER
+
+
+def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int) -> tuple[int, ...]:
+    """Inner level extents (innermost last) whose product divides `extent`."""
+    out: list[int] = []
+    remaining = extent
+    for lvl in range(levels):
+        innermost = lvl == 0
+        cands = [d for d in divisors(remaining) if not innermost or d <= inner_max]
+        d = rng.choice(cands)
+        out.append(d)
+        remaining //= d
+    return tuple(reversed(out))
+
+
+def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
+    """One random complete program of `sketch`."""
+    prog = Program(sketch)
+    if sketch.root:
+        root = op_by_name(ops, sketch.root)
+        for _ in range(100):  # resample until the register tile fits
+            splits = {l: _sample_levels(rng, root.extents[l], 3, _inner_limit(root, l))
+                      for l in root.parallel_dims}
+            if math.prod(s[-1] for s in splits.values()) <= MAX_REGISTER_TILE:
+                break
+        for l in root.parallel_dims:
+            prog = prog.with_step(SplitStep(root.name, l, splits[l]))
+        for l in root.reduction_dims:
+            prog = prog.with_step(SplitStep(root.name, l, (rng.choice(divisors(root.extents[l])),)))
+        outer = [l for l in root.parallel_dims
+                 if root.extents[l] // math.prod(splits[l]) > 1]
+        prog = prog.with_step(ParallelStep(root.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
+        r_inner = math.prod(prog.split(root.name, l).lengths[0] for l in root.reduction_dims)
+        factor = rng.choice([f for f in UNROLL_CHOICES if r_inner % f == 0])
+        prog = prog.with_step(UnrollStep(root.name, factor))
+        prog = prog.with_step(VectorizeStep(root.name))
+    else:
+        anchor = op_by_name(ops, sketch.anchor)
+        for l in anchor.parallel_dims:
+            prog = prog.with_step(SplitStep(anchor.name, l,
+                                            _sample_levels(rng, anchor.extents[l], 1,
+                                                           _inner_limit(anchor, l))))
+        outer = [l for l in anchor.parallel_dims
+                 if anchor.extents[l] // prog.split(anchor.name, l).lengths[0] > 1]
+        prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
+        prog = prog.with_step(VectorizeStep(anchor.name))
+    return prog
+
+
+def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,
+                    rng: random.Random) -> list[Program]:
+    """`n` random programs, sketches taken in turn."""
+    return [annotate(ops, sketches[i % len(sketches)], rng) for i in range(n)] if sketches else []

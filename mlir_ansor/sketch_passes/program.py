@@ -1,0 +1,98 @@
+"""A Program is a sketch plus the replayable list of decisions (steps) that complete it.
+
+Steps are frozen and address ops by role name (e.g. "op1_matmul"), never by bare position,
+so a mutation edits one step and the emitter replays the list.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Union
+
+from mlir_ansor.sketch_passes.sketch import Sketch
+
+
+@dataclass(frozen=True)
+class SplitStep:
+    """Split loop `loop` of `op` into levels: `lengths` are the inner level extents
+    (outermost level extent = loop extent / product(lengths))."""
+
+    op: str
+    loop: int
+    lengths: tuple[int, ...]
+    kind: str = "split"
+
+
+@dataclass(frozen=True)
+class ParallelStep:
+    """Which loops of `op` the outermost level distributes over workgroups (at most 3)."""
+
+    op: str
+    loops: tuple[int, ...]
+    kind: str = "parallel"
+
+
+@dataclass(frozen=True)
+class UnrollStep:
+    """Unroll the innermost reduction loop of `op` by `factor`."""
+
+    op: str
+    factor: int
+    kind: str = "unroll"
+
+
+@dataclass(frozen=True)
+class VectorizeStep:
+    """Vectorize the innermost tile of `op`."""
+
+    op: str
+    kind: str = "vectorize"
+
+
+Step = Union[SplitStep, ParallelStep, UnrollStep, VectorizeStep]
+_STEP_TYPES = {"split": SplitStep, "parallel": ParallelStep, "unroll": UnrollStep,
+               "vectorize": VectorizeStep}
+
+
+def step_from_dict(d: dict) -> Step:
+    cls = _STEP_TYPES.get(d.get("kind", ""))
+    if cls is None:
+        raise ValueError(f"unknown step kind {d.get('kind')!r}")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Program:
+    sketch: Sketch
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    def with_step(self, step: Step) -> "Program":
+        return Program(self.sketch, self.steps + (step,))
+
+    def split(self, op: str, loop: int) -> SplitStep | None:
+        for s in self.steps:
+            if isinstance(s, SplitStep) and s.op == op and s.loop == loop:
+                return s
+        return None
+
+    def find(self, kind: type, op: str):
+        for s in self.steps:
+            if isinstance(s, kind) and s.op == op:
+                return s
+        return None
+
+    def to_json(self) -> dict:
+        return {"sketch": asdict(self.sketch), "steps": [asdict(s) for s in self.steps]}
+
+    @staticmethod
+    def from_json(d: dict) -> "Program":
+        sk = {k: tuple(v) if isinstance(v, list) else v for k, v in d["sketch"].items()}
+        return Program(Sketch(**sk), tuple(step_from_dict(s) for s in d["steps"]))
+
+    @property
+    def key(self) -> str:
+        """Dedup key: identical programs give identical keys."""
+        text = json.dumps(self.to_json(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

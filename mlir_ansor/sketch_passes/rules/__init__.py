@@ -1,0 +1,26 @@
+"""Derivation rules, one per module, and the deterministic default list per target.
+
+A user rule is any object with `name`, `condition(ops, state)` and `apply(ops, state)`
+(see `mlir_ansor.sketch_passes.sketch.Rule`); pass your list to `generate_sketches` or
+register it with `register_rule`, which inserts it before the catch-all Skip rule.
+"""
+from __future__ import annotations
+
+from mlir_ansor.sketch_passes.rules.always_inline import AlwaysInline
+from mlir_ansor.sketch_passes.rules.cache_write import AddCacheWrite
+from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTiling
+from mlir_ansor.sketch_passes.rules.multi_level_tiling_fusion import MultiLevelTilingWithFusion
+from mlir_ansor.sketch_passes.rules.skip import Skip
+from mlir_ansor.sketch_passes.sketch import Rule
+
+_USER_RULES: list[Rule] = []
+
+
+def register_rule(rule: Rule) -> None:
+    """Add a user rule; it runs after the built-in rules and before Skip, in call order."""
+    _USER_RULES.append(rule)
+
+
+def default_cpu_rules() -> list[Rule]:
+    return [AlwaysInline(), MultiLevelTilingWithFusion(), AddCacheWrite(), MultiLevelTiling(),
+            *_USER_RULES, Skip()]

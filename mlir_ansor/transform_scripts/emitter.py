@@ -1,0 +1,212 @@
+"""Program -> Transform-dialect strategy (a pure function of the task's ops and the program).
+
+Loop structure for a root with data reuse ("SSRSRS", paper §4.1):
+  S0  scf.forall over workgroups on the anchor (the output op); every producer fused in
+  S1  tile (fusing the root into the consumer tile, or its init for cache write)
+  R0  reduction tiles of the root
+  S2  register-tile loops
+  R1  innermost reduction loop (accumulator hoisted to registers, unrolled)
+  S3  the register tile, vectorized
+Without a root ("Plain"): S0 forall on the anchor, producers fused, innermost rows vectorized.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from iree.compiler import ir
+from iree.compiler.dialects import transform
+
+from mlir_ansor.dialect_helpers import transform_builder as tbm
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.analysis import has_window_access
+from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
+
+MAX_ELEMENTWISE_VECTOR = 64
+
+
+def _closure(ops: Sequence[OpInfo], idx: int) -> list[int]:
+    """`idx` and all ops it (transitively) reads, in payload order."""
+    seen = {idx}
+    stack = [idx]
+    while stack:
+        for p in ops[stack.pop()].producers:
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return sorted(seen)
+
+
+class _Plan:
+    """Tile sizes per level, derived from the program's steps."""
+
+    def __init__(self, ops: Sequence[OpInfo], program: Program):
+        sk = program.sketch
+        self.ops = ops
+        self.anchor = op_by_name(ops, sk.anchor)
+        self.root = op_by_name(ops, sk.root) if sk.root else None
+        base = self.root or self.anchor
+        par = program.find(ParallelStep, base.name)
+        self.parallel = set(par.loops) if par else set()
+        self.lengths = {l: program.split(base.name, l).lengths for l in range(len(base.extents))
+                        if program.split(base.name, l) is not None}
+        unroll = program.find(UnrollStep, base.name)
+        self.unroll = unroll.factor if unroll else 1
+
+    def base_sizes(self, level: int) -> list[int]:
+        """Tile sizes of the base op's loops at `level` (0 = forall; for parallel loops
+        level k tiles by the product of lengths[k:], 0 = untiled)."""
+        base = self.root or self.anchor
+        sizes = []
+        for l, ext in enumerate(base.extents):
+            if base.iterators[l] != "parallel":
+                sizes.append(0)
+                continue
+            tile = math.prod(self.lengths[l][level:])
+            if level == 0 and l not in self.parallel:
+                tile = 0
+            sizes.append(0 if tile == ext else tile)
+        if level == 0 and not any(sizes):
+            # One workgroup: tile the outermost loop by its full extent.
+            sizes[base.parallel_dims[0]] = base.extents[base.parallel_dims[0]]
+        return sizes
+
+    def anchor_sizes(self, level: int) -> list[int]:
+        """The base op's parallel sizes expressed on the anchor's loops."""
+        sizes = self.base_sizes(level)
+        if self.root is None or self.anchor is self.root:
+            return sizes
+        out = [0] * len(self.anchor.extents)
+        for l, s in enumerate(sizes):
+            p = self.root.output_dim_of_loop(l)
+            if p is None or not s:
+                continue
+            for c in range(len(self.anchor.extents)):
+                if self.anchor.output_dim_of_loop(c) == p:
+                    out[c] = s
+        if level == 0 and not any(out):
+            out[0] = self.anchor.extents[0]
+        return out
+
+    def tile_shape(self, level: int) -> list[int]:
+        """Shape of the root/anchor output tile at `level`."""
+        base = self.root or self.anchor
+        shape = list(base.output.shape)
+        for l in base.parallel_dims:
+            p = base.output_dim_of_loop(l)
+            if p is not None:
+                t = math.prod(self.lengths[l][level:])
+                if level == 0 and l not in self.parallel:
+                    t = base.extents[l]
+                shape[p] = t
+        return shape
+
+
+def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
+    """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop."""
+    n = len(op.extents)
+    vec = max(d for d in range(1, min(tile_last, MAX_ELEMENTWISE_VECTOR) + 1) if tile_last % d == 0)
+    return [1] * (n - 1) + [0 if vec == tile_last else vec]
+
+
+def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
+    """Insert `transform.named_sequence @name(%module)` at the current insertion point."""
+    plan = _Plan(ops, program)
+    sk = program.sketch
+    seq = transform.NamedSequenceOp(name, [tbm.any_op()], [],
+                                    arg_attrs=[{"transform.readonly": ir.UnitAttr.get()}])
+    tb = tbm.TB()
+    with ir.InsertionPoint(seq.body):
+        func = tb.match_names(seq.bodyTarget, ["func.func"])
+        func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
+        handles = tb.split(tb.match_tileable(func), len(ops))
+        h = dict(zip((o.name for o in ops), handles))
+
+        # S0: workgroups on the anchor, every producer fused in (consumers first).
+        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], plan.anchor_sizes(0))
+        for o in reversed(ops):
+            if o is not plan.anchor:
+                h[o.name], forall = tb.fuse_into(h[o.name], forall)
+        tb.patterns(func, tbm.tiling_cleanup())
+        tb.cse(func)
+
+        vector_ops: list[str] = []
+        root = plan.root
+        if root is None:
+            shape = plan.tile_shape(0)
+            for o in ops:
+                if o.is_linalg:
+                    h[o.name], _ = tb.tile_for(h[o.name], _row_sizes(o, shape[-1]))
+                    vector_ops.append(o.name)
+        else:
+            # S1: fuse the root (and its init) into the consumer tile / local accumulator.
+            s1 = plan.base_sizes(1)
+            inner = None
+            if sk.fuse_consumer and any(plan.anchor_sizes(1)):
+                _, loops = tb.fuse(h[plan.anchor.name], plan.anchor_sizes(1))
+                inner = _closure(ops, plan.anchor.index)
+            elif sk.cache_write and any(s1):
+                _, loops = tb.fuse(h[root.name], s1)
+                inner = _closure(ops, root.index)
+            elif any(s1):
+                h[root.name], _ = tb.tile_for(h[root.name], s1)
+            if inner is not None:
+                names = [ops[i].name for i in inner]
+                h.update(zip(names, tb.split(tb.match_tileable(loops[-1]), len(names))))
+            shape = plan.tile_shape(1)
+            # R0, S2, R1 on the root.
+            red = {l: plan.lengths[l][0] for l in root.reduction_dims}
+            r0 = [red[l] if l in red and red[l] != root.extents[l] else 0
+                  for l in range(len(root.extents))]
+            if any(r0):
+                h[root.name], r0_loops = tb.tile_for(h[root.name], r0)
+            s2 = plan.base_sizes(2)
+            if any(s2):
+                h[root.name], _ = tb.tile_for(h[root.name], s2)
+            r1 = [1 if l in red and red[l] > 1 else 0 for l in range(len(root.extents))]
+            r1_loops: list[ir.Value] = []
+            if any(r1):
+                h[root.name], r1_loops = tb.tile_for(h[root.name], r1)
+            vector_ops.append(root.name)
+            for o in ops:
+                if o is not root and o.is_linalg:
+                    h[o.name], _ = tb.tile_for(h[o.name], _row_sizes(o, shape[-1]))
+                    vector_ops.append(o.name)
+            if has_window_access(root):
+                tb.patterns(func, tbm.unit_dims())
+                vector_ops = []  # handles of rewritten ops are stale: vectorize by region
+        if vector_ops:
+            for n in vector_ops:
+                tb.vectorize(h[n])
+        else:
+            func = transform.structured.VectorizeChildrenAndApplyPatternsOp(
+                tbm.any_op(), func).result
+        tb.patterns(func, tbm.after_vectorize())
+        tb.cse(func)
+        if root is not None and r1_loops:
+            tb.hoist(r1_loops[-1])
+            if plan.unroll > 1:
+                tb.unroll(r1_loops[-1], plan.unroll)
+
+        func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
+        func = tb.iree_op("transform.iree.bufferize", [func], results=1).results[0]
+        tb.iree_op("transform.iree.forall_to_workgroup", [func])
+        tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
+        tb.cse(func)
+        tb.patterns(func, tbm.lower_vectors())
+        tb.cse(func)
+        tb.annotate(func, "translation_info", ir.Attribute.parse(
+            "#iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline>"))
+        transform.YieldOp([])
+
+
+def emit_standalone(ops: Sequence[OpInfo], program: Program, name: str = "strategy") -> ir.Module:
+    """A module holding just the strategy (for lit tests and inspection). Needs a context."""
+    module = ir.Module.create()
+    module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(module.body):
+        build_strategy(ops, program, name)
+    if not module.operation.verify():
+        raise ValueError("emitted strategy does not verify")
+    return module

@@ -1,0 +1,97 @@
+"""Assemble a transform library that stock `iree-compile` consumes.
+
+Form (IREE 3.13, verified): `@__kernel_config` runs `foreach_match` over each dispatch; a
+matcher recognises a tuned task by its whole linalg DAG (`transform.iree.match.
+cast_compatible_dag_from_root`, structure and shapes, not names) and the action sets
+`translation_info = transform_dialect_codegen codegen_spec = @strategy_<task>`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from iree.compiler import ir
+from iree.compiler.dialects import transform
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.dialect_helpers.transform_builder import any_op
+from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.transform_scripts.emitter import build_strategy
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    task_id: str  # a symbol-safe id, e.g. "t3"
+    task_mlir: str  # the task's standalone function (its body is the matcher's pattern)
+    ops: tuple[OpInfo, ...]
+    program: Program
+
+
+def strategy_name(task_id: str) -> str:
+    return f"strategy_{task_id}"
+
+
+def _readonly() -> dict:
+    return {"transform.readonly": ir.UnitAttr.get()}
+
+
+def _build_matcher(entry: TunedEntry, anchor_name: str) -> None:
+    seq = transform.NamedSequenceOp(f"match_{entry.task_id}", [any_op()], [any_op()],
+                                    arg_attrs=[_readonly()])
+    with ir.InsertionPoint(seq.body):
+        target = seq.bodyTarget
+        transform.MatchOperationNameOp(target, [anchor_name])
+        any_value = transform.AnyValueType.get()
+        dag = ir.Operation.create("transform.iree.match.cast_compatible_dag_from_root",
+                                  results=[any_value, any_value], operands=[target], regions=1)
+        pattern = ir.Module.parse(entry.task_mlir)
+        func = pattern.body.operations[0]
+        block = func.regions[0].blocks[0]
+        ops = list(block.operations)
+        ops[-1].operation.erase()  # func.return -> the pattern's implicit transform.yield
+        with ir.InsertionPoint(block):
+            transform.YieldOp([])
+        block.append_to(dag.regions[0])
+        transform.YieldOp([target])
+
+
+def _build_action(entry: TunedEntry) -> None:
+    seq = transform.NamedSequenceOp(f"apply_{entry.task_id}", [any_op()], [],
+                                    arg_attrs=[_readonly()])
+    with ir.InsertionPoint(seq.body):
+        func = transform.GetParentOp(any_op(), seq.bodyTarget, op_name="func.func").result
+        info = ir.Attribute.parse(
+            "#iree_codegen.translation_info<pipeline = #iree_codegen.transform_dialect_codegen"
+            f" codegen_spec = @{strategy_name(entry.task_id)}>")
+        param = transform.ParamConstantOp(transform.AnyParamType.get(), info).result
+        transform.AnnotateOp(func, "translation_info", param=param)
+        transform.YieldOp([])
+
+
+def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
+    """The whole library (strategies, matchers, actions, `@__kernel_config`). Needs a context."""
+    module = ir.Module.create()
+    module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(module.body):
+        for e in entries:
+            build_strategy(e.ops, e.program, strategy_name(e.task_id))
+        for e in entries:
+            _build_matcher(e, op_by_name(e.ops, e.program.sketch.anchor).op_name)
+            _build_action(e)
+        entry = transform.NamedSequenceOp("__kernel_config", [any_op()], [any_op()],
+                                          arg_attrs=[{"transform.consumed": ir.UnitAttr.get()}])
+        with ir.InsertionPoint(entry.body):
+            matchers = [ir.FlatSymbolRefAttr.get(f"match_{e.task_id}") for e in entries]
+            actions = [ir.FlatSymbolRefAttr.get(f"apply_{e.task_id}") for e in entries]
+            res = transform.ForeachMatchOp(any_op(), [], entry.bodyTarget, [],
+                                           ir.ArrayAttr.get(matchers), ir.ArrayAttr.get(actions))
+            transform.YieldOp([res.results[0]])
+    if not module.operation.verify():
+        raise ValueError("transform library does not verify")
+    return module
+
+
+def library_text(entries: Sequence[TunedEntry]) -> str:
+    with ir.Context(), ir.Location.unknown():
+        return str(build_library(entries))
