@@ -1,0 +1,49 @@
+"""`python -m mlir_ansor.tune MODEL` — tune a PyTorch model end to end.
+
+MODEL is a bundled example name or path/to/file.py:factory (factory() returns the model
+and a tuple of example inputs). Writes records, the tuned library, the tuned module and a
+report under --out, and prints the result table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from mlir_ansor.errors import AnsorError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m mlir_ansor.tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", default="resnet_block",
+                   help="bundled example name or path/to/file.py:factory (default: resnet_block)")
+    p.add_argument("--trials", type=int, default=40, help="measurements in total (default 40)")
+    p.add_argument("--target", default="llvm-cpu", help="codegen target (llvm-cpu)")
+    p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int, default=4, help="programs per task per round")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        from mlir_ansor.tuner.driver import TuneOptions, run
+
+        report = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
+                                 out=args.out, seed=args.seed, batch=args.batch))
+    except AnsorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The tuning job behind the CLI: import, form tasks, measure, search, export, report."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from mlir_ansor.errors import AnsorError, FrontendError
+from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.tuner.e2e import end_to_end
+from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
+from mlir_ansor.tuner.records import RecordStore, best_by_task
+from mlir_ansor.tuner.search import SearchConfig, round_robin
+from mlir_ansor.tuner.tasks import Task, executable_sources, extract_tasks
+from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    model: str = "resnet_block"
+    trials: int = 40
+    target: str = "llvm-cpu"
+    out: Path = Path("ansor_out")
+    seed: int = 0
+    batch: int = 4
+
+
+def _fmt_ms(s: float | None) -> str:
+    return f"{s * 1e3:.3f}" if s else "-"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def run(opts: TuneOptions) -> str:
+    target_flags(opts.target)  # unknown target: fail before any work
+    if opts.trials < 0:
+        raise AnsorError("--trials must be >= 0")
+    factory = load_factory(opts.model)
+    try:
+        model, inputs = factory()
+    except Exception as e:
+        raise FrontendError(f"model factory failed: {type(e).__name__}: {e}") from e
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tools = Toolchain.find()
+    cfg = MeasureConfig(target=opts.target)
+
+    print(f"[1/5] importing {opts.model} with torch-mlir", flush=True)
+    model_mlir = out / "model.mlir"
+    model_mlir.write_text(import_model(model, inputs))
+
+    print("[2/5] forming IREE dispatches (tasks)", flush=True)
+    tasks = extract_tasks(executable_sources(model_mlir, opts.target, tools, 600))
+    tunable = [t for t in tasks if t.tunable]
+    measurers: dict[str, TaskMeasurer] = {}
+    defaults: dict[str, float | None] = {}
+    for t in tqdm(tunable, desc="baselines", unit="task"):
+        m = TaskMeasurer(t, out / "tasks", tools, cfg, seed=opts.seed)
+        m.prepare()
+        measurers[t.key] = m
+        defaults[t.key] = m.time_default()
+
+    print(f"[3/5] tuning {len(tunable)} of {len(tasks)} tasks, {opts.trials} trials", flush=True)
+    store = RecordStore(out / "records.jsonl")
+    records = [r for r in store.load() if r.target == opts.target]
+    keys = {t.key for t in tunable}
+    done = sum(1 for r in records if r.task_key in keys)
+    bar = tqdm(total=opts.trials, initial=min(done, opts.trials), desc="trials", unit="trial")
+
+    def on_record(task: Task, r) -> None:
+        bar.update(1)
+        best = best_by_task(records).get(task.key)
+        bar.set_postfix_str(f"{task.task_id} {r.status} best={_fmt_ms(best and best.latency_s)}ms")
+
+    round_robin(tunable, measurers, store,
+                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
+                records, on_record)
+    bar.close()
+
+    print("[4/5] exporting the tuned library", flush=True)
+    best = best_by_task(records)
+    entries = []
+    for t in tunable:
+        b = best.get(t.key)
+        # Keep a strategy only where it beat IREE's default on this machine.
+        if b and defaults[t.key] and b.latency_s < defaults[t.key]:
+            entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, b.to_program()))
+    library = None
+    if entries:
+        library = out / "tuned_library.mlir"
+        library.write_text(library_text(entries))
+
+    print("[5/5] end to end: torch eager, IREE default, tuned (side by side)", flush=True)
+    e2e = end_to_end(tools, model, inputs, model_mlir, library, out / "e2e", cfg,
+                     [strategy_name(e.task_id) for e in entries])
+    tuned_ids = {e.task_id for e in entries}
+
+    rows = []
+    for t in tasks:
+        b = best.get(t.key)
+        d = defaults.get(t.key)
+        status = "tuned" if t.task_id in tuned_ids else (t.skip_reason or "default kept")
+        speed = f"{d / b.latency_s:.2f}x" if (b and d) else "-"
+        n = sum(1 for r in records if r.task_key == t.key)
+        rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, _fmt_ms(d),
+                     _fmt_ms(b and b.latency_s), speed, status[:40]])
+    task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "default ms",
+                         "tuned ms", "speedup", "status"], rows)
+    e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
+                       [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
+                         _fmt_ms(e2e.tuned_s)],
+                        ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x", "1.00x",
+                         f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
+    report = (f"Per task ({opts.target}):\n{task_table}\n\nEnd to end (model {opts.model}, "
+              f"outputs match torch, max abs error {e2e.max_error:.2e}):\n{e2e_table}\n\n"
+              f"Artifacts in {out}: records.jsonl, model.mlir, "
+              f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json")
+    (out / "report.txt").write_text(report + "\n")
+    (out / "report.json").write_text(json.dumps({
+        "model": opts.model, "target": opts.target,
+        "tasks": [dict(zip(["task", "dispatch", "weight", "mflop", "trials", "default_ms",
+                            "tuned_ms", "speedup", "status"], r)) for r in rows],
+        "e2e": {"torch_s": e2e.torch_s, "default_s": e2e.default_s, "tuned_s": e2e.tuned_s,
+                "applied": list(e2e.applied), "max_abs_error": e2e.max_error}}, indent=2))
+    return report

@@ -1,0 +1,91 @@
+"""Whole-model check: compile with and without the tuned library, confirm the tuned
+dispatches were configured with our strategies, compare with torch, time side by side."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from mlir_ansor.errors import CompileError
+from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
+                                      compile_module, outputs_match, run_outputs)
+from mlir_ansor.tuner.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    torch_s: float
+    default_s: float
+    tuned_s: float
+    applied: tuple[str, ...]
+    max_error: float
+
+
+def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureConfig,
+                  library: Path | None) -> set[str]:
+    """Compile; return the strategy symbols IREE applied (empty without a library)."""
+    cfg_dir = out.parent / (out.stem + "_configs")
+    extra = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
+    res = compile_module(tools, model_mlir, out, cfg, library, extra)
+    if res.returncode != 0:
+        raise CompileError(f"iree-compile failed on {model_mlir}: {res.stderr.strip()[-500:]}")
+    return applied_strategies(cfg_dir)
+
+
+def torch_time(model, inputs: tuple, reps: int) -> float:
+    import torch
+
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        model(*inputs)
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            model(*inputs)
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
+               out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
+               rounds: int = 3) -> EndToEnd:
+    import torch
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    in_paths = []
+    for i, x in enumerate(inputs):
+        p = out_dir / f"input{i}.npy"
+        np.save(p, x.detach().numpy())
+        in_paths.append(p)
+    with torch.no_grad():
+        ref = model(*inputs)
+    refs = [r.detach().numpy() for r in (ref if isinstance(ref, (tuple, list)) else (ref,))]
+    default_vmfb = out_dir / "default.vmfb"
+    tuned_vmfb = out_dir / "tuned.vmfb"
+    compile_model(tools, model_mlir, default_vmfb, cfg, None)
+    applied = compile_model(tools, model_mlir, tuned_vmfb, cfg, library) if library else set()
+    missing = set(expected) - applied
+    if missing:
+        raise CompileError(f"tuned strategies not applied to the model: {sorted(missing)}")
+    max_err = 0.0
+    for vmfb in (default_vmfb, tuned_vmfb):
+        outs, err = run_outputs(tools, vmfb, in_paths, len(refs), out_dir, cfg)
+        if outs is None:
+            raise CompileError(f"running {vmfb.name} failed: {err}")
+        bad = outputs_match(outs, refs, MeasureConfig(rtol=1e-3, atol=1e-3))
+        if bad:
+            raise CompileError(f"{vmfb.name} does not match torch: {bad}")
+        max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
+    t_torch, t_def, t_tuned = [], [], []
+    for _ in range(rounds):  # interleaved: machine noise hits all three alike
+        d, _ = benchmark(tools, default_vmfb, in_paths, cfg)
+        t, _ = benchmark(tools, tuned_vmfb, in_paths, cfg)
+        t_def.append(statistics.median(d))
+        t_tuned.append(statistics.median(t))
+        t_torch.append(torch_time(model, inputs, cfg.repetitions * 4))
+    return EndToEnd(statistics.median(t_torch), statistics.median(t_def),
+                    statistics.median(t_tuned), tuple(sorted(applied)), max_err)

@@ -1,0 +1,191 @@
+"""Measure candidates of one task: compile (isolated, parallel), confirm the strategy was
+applied, validate against the reference output, then time (serially).
+
+A candidate counts only if (1) iree-compile succeeded, (2) the configuration dump shows
+our strategy as the dispatch's codegen_spec (a library that fails to parse makes IREE fall
+back to its default silently), (3) its outputs match the reference.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.tuner import records as rec
+from mlir_ansor.tuner.tasks import Task, random_inputs
+from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    target: str = "llvm-cpu"
+    compile_timeout_s: float = 60.0
+    run_timeout_s: float = 60.0
+    compile_mem_bytes: int = 6 << 30
+    repetitions: int = 5
+    min_time_s: float = 0.05
+    parallel_compiles: int = 2
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+
+def applied_strategies(config_dir: Path) -> set[str]:
+    """codegen_spec symbols IREE attached to dispatches (from the configuration dump)."""
+    found: set[str] = set()
+    for f in config_dir.glob("*.mlir"):
+        text = f.read_text(errors="replace")
+        for part in text.split("codegen_spec = @")[1:]:
+            found.add(part.split(">")[0].split(",")[0].strip())
+    return found
+
+
+def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
+                   library: Path | None = None, extra: Sequence[str] = ()):
+    cmd = [tools.compile, str(src), *target_flags(cfg.target), "-o", str(out), *extra]
+    if library is not None:
+        cmd.append(f"--iree-codegen-transform-dialect-library={library}")
+    return run_isolated(cmd, cfg.compile_timeout_s, cfg.compile_mem_bytes)
+
+
+def run_outputs(tools: Toolchain, vmfb: Path, inputs: Sequence[Path], n_out: int, out_dir: Path,
+                cfg: MeasureConfig) -> tuple[list[np.ndarray] | None, str]:
+    outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
+    cmd = [tools.run, f"--module={vmfb}", "--function=main",
+           *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
+    res = run_isolated(cmd, cfg.run_timeout_s)
+    if res.timed_out:
+        return None, "timeout"
+    if res.returncode != 0:
+        return None, res.stderr.strip()[-500:] or f"exit {res.returncode}"
+    return [np.load(p) for p in outs], ""
+
+
+def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
+              cfg: MeasureConfig) -> tuple[list[float] | None, str]:
+    cmd = [tools.benchmark, f"--module={vmfb}", "--function=main",
+           *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
+           f"--benchmark_repetitions={cfg.repetitions}",
+           f"--benchmark_min_time={cfg.min_time_s}s"]
+    res = run_isolated(cmd, cfg.run_timeout_s)
+    if res.timed_out:
+        return None, "timeout"
+    if res.returncode != 0:
+        return None, res.stderr.strip()[-500:]
+    data = json.loads(res.stdout)
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    times = [b["real_time"] * scale[b["time_unit"]] for b in data["benchmarks"]
+             if b.get("run_type") == "iteration"]
+    return times, ""
+
+
+def outputs_match(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], cfg: MeasureConfig) -> str:
+    """'' if they match, else a one-line reason."""
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if g.shape != r.shape:
+            return f"output {i}: shape {g.shape} != {r.shape}"
+        scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
+        if not np.allclose(g, r, rtol=cfg.rtol, atol=cfg.atol * scale, equal_nan=True):
+            err = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
+            return f"output {i}: max abs error {err:.3g}"
+    return ""
+
+
+class TaskMeasurer:
+    """Owns one task's work directory: inputs, reference outputs, default-codegen baseline."""
+
+    def __init__(self, task: Task, workdir: Path, tools: Toolchain, cfg: MeasureConfig,
+                 seed: int = 0):
+        self.task, self.tools, self.cfg = task, tools, cfg
+        self.dir = Path(workdir) / task.task_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.src = self.dir / "task.mlir"
+        self.src.write_text(task.task_mlir)
+        self.inputs = []
+        for i, a in enumerate(random_inputs(task.input_types, seed)):
+            p = self.dir / f"in{i}.npy"
+            np.save(p, a)
+            self.inputs.append(p)
+        self.reference: list[np.ndarray] = []
+        self.default_latency: float | None = None
+
+    def prepare(self) -> None:
+        """Compile with IREE's default codegen: reference outputs and baseline time."""
+        vmfb = self.dir / "default.vmfb"
+        res = compile_module(self.tools, self.src, vmfb, self.cfg)
+        if res.returncode != 0:
+            raise RuntimeError(f"default compile of {self.task.name} failed: {res.stderr[-300:]}")
+        ref_dir = self.dir / "reference"
+        ref_dir.mkdir(exist_ok=True)
+        outs, err = run_outputs(self.tools, vmfb, self.inputs, len(self.task.output_types),
+                                ref_dir, self.cfg)
+        if outs is None:
+            raise RuntimeError(f"default run of {self.task.name} failed: {err}")
+        self.reference = outs
+        self.default_vmfb = vmfb
+
+    def time_default(self) -> float | None:
+        times, _ = benchmark(self.tools, self.default_vmfb, self.inputs, self.cfg)
+        return statistics.median(times) if times else None
+
+    def _compile_candidate(self, program: Program, cand_dir: Path):
+        entry = TunedEntry(self.task.task_id, self.task.task_mlir, self.task.ops, program)
+        try:
+            lib = cand_dir / "library.mlir"
+            lib.write_text(library_text([entry]))
+        except Exception as e:  # an emitter bug must not stop the search
+            return "compile_error", f"emit: {type(e).__name__}: {e}"
+        cfg_dir = cand_dir / "configs"
+        res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg, lib,
+                             [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
+        if res.timed_out:
+            return "timeout", f"compile exceeded {self.cfg.compile_timeout_s}s"
+        if res.returncode != 0:
+            lines = [l for l in res.stderr.splitlines() if "error" in l]
+            return "compile_error", (lines[0] if lines else res.stderr[-300:])[:500]
+        if strategy_name(self.task.task_id) not in applied_strategies(cfg_dir):
+            return "not_applied", "the dispatch was not configured with our strategy"
+        return rec.OK, ""
+
+    def measure(self, programs: Sequence[Program]) -> list[rec.Record]:
+        """Compile all in parallel, then validate and time one at a time."""
+        tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
+        dirs = [tmp / f"c{i}" for i in range(len(programs))]
+        for d in dirs:
+            d.mkdir()
+        with ThreadPoolExecutor(self.cfg.parallel_compiles) as pool:
+            compiled = list(pool.map(self._compile_candidate, programs, dirs))
+        env = rec.environment()
+        out: list[rec.Record] = []
+        for prog, d, (status, err) in zip(programs, dirs, compiled):
+            latency, samples = None, ()
+            if status == rec.OK:
+                outs, run_err = run_outputs(self.tools, d / "cand.vmfb", self.inputs,
+                                            len(self.task.output_types), d, self.cfg)
+                if outs is None:
+                    status = "timeout" if run_err == "timeout" else "runtime_error"
+                    err = run_err
+                else:
+                    err = outputs_match(outs, self.reference, self.cfg)
+                    if err:
+                        status = "wrong_answer"
+            if status == rec.OK:
+                times, berr = benchmark(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
+                if times is None:
+                    status, err = "runtime_error", berr
+                else:
+                    samples = tuple(times)
+                    latency = statistics.median(times)
+            out.append(rec.Record(task_key=self.task.key, program=prog.to_json(),
+                                  program_key=prog.key, status=status, latency_s=latency,
+                                  samples_s=samples, error=err, target=self.cfg.target, env=env))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out

@@ -1,0 +1,73 @@
+"""Search, first version: random programs from the sketches, round robin over tasks.
+
+The cost model, evolutionary search and gradient scheduler plug in here later: a policy
+proposes a batch for a task, the measurer measures it, records are appended at once.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.tuner.records import Record, RecordStore
+from mlir_ansor.tuner.tasks import Task
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    trials: int = 40  # measurements in total, over all tasks
+    batch: int = 4  # programs measured per task per round
+    seed: int = 0
+    max_resample: int = 50  # tries to find a program not measured yet
+
+
+class RandomPolicy:
+    """Propose unmeasured random programs of a task, deterministic for a seed."""
+
+    def __init__(self, task: Task, seed: int):
+        self.task = task
+        self.rng = random.Random(f"{seed}:{task.key}")
+
+    def propose(self, n: int, measured: set[str], max_resample: int) -> list[Program]:
+        out: list[Program] = []
+        seen = set(measured)
+        for i in range(n * max_resample):
+            if len(out) == n:
+                break
+            sk = self.task.sketches[self.rng.randrange(len(self.task.sketches))]
+            p = annotate(self.task.ops, sk, self.rng)
+            if p.key not in seen:
+                seen.add(p.key)
+                out.append(p)
+        return out
+
+
+def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
+                records: list[Record], on_record: Callable[[Task, Record], None]) -> None:
+    """Spend `cfg.trials` new measurements, `cfg.batch` per task in turn."""
+    tunable = [t for t in tasks if t.tunable]
+    if not tunable:
+        return
+    policies = {t.key: RandomPolicy(t, cfg.seed) for t in tunable}
+    measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
+    # Resume: skip the proposals already measured by replaying the policy's stream.
+    spent = 0
+    i = 0
+    stalled = 0
+    while spent < cfg.trials and stalled < len(tunable):
+        task = tunable[i % len(tunable)]
+        i += 1
+        n = min(cfg.batch, cfg.trials - spent)
+        progs = policies[task.key].propose(n, measured[task.key], cfg.max_resample)
+        if not progs:
+            stalled += 1  # the space of this task is exhausted
+            continue
+        stalled = 0
+        for r in measurers[task.key].measure(progs):
+            store.append(r)
+            measured[task.key].add(r.program_key)
+            records.append(r)
+            on_record(task, r)
+        spent += len(progs)
