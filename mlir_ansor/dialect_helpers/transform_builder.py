@@ -113,8 +113,8 @@ def unit_dims() -> list:
             transform.ApplyCanonicalizationPatternsOp]
 
 
-def lower_vectors() -> list:
-    return [
+def lower_vectors(shape_casts: bool = True) -> list:
+    group = [
         lambda: vector.ApplyLowerContractionPatternsOp(
             lowering_strategy=vector.VectorContractLowering.OuterProduct),
         vector.ApplyTransferPermutationPatternsOp,
@@ -128,3 +128,4 @@ def lower_vectors() -> list:
         vector.ApplyLowerOuterProductPatternsOp,
         transform.ApplyCanonicalizationPatternsOp,
     ]
+    return group if shape_casts else [b for b in group if b is not vector.ApplyLowerShapeCastPatternsOp]

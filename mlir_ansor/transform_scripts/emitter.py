@@ -180,21 +180,23 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             for n in vector_ops:
                 tb.vectorize(h[n])
         else:
-            func = transform.structured.VectorizeChildrenAndApplyPatternsOp(
-                tbm.any_op(), func).result
+            func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
-        if root is not None and r1_loops:
+        if root is not None and r1_loops and vector_ops:
             tb.hoist(r1_loops[-1])
             if plan.unroll > 1:
                 tb.unroll(r1_loops[-1], plan.unroll)
+        elif not vector_ops:  # loop handles died with the func rewrite: hoist in every loop
+            tb.hoist(tb.match_names(func, ["scf.for"]))
 
         func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
         func = tb.iree_op("transform.iree.bufferize", [func], results=1).results[0]
         tb.iree_op("transform.iree.forall_to_workgroup", [func])
         tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
         tb.cse(func)
-        tb.patterns(func, tbm.lower_vectors())
+        # transfer_to_scf and lower_shape_cast loop forever on the window (conv) tiles.
+        tb.patterns(func, tbm.lower_vectors(shape_casts=root is None or not has_window_access(root)))
         tb.cse(func)
         tb.annotate(func, "translation_info", ir.Attribute.parse(
             "#iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline>"))

@@ -1,0 +1,20 @@
+# Two entry points; each sets up .venv on a fresh machine first.
+#   make tune   - tune the bundled example (a ResNet basic block) with a small budget
+#   make test   - all tests: pytest + lit
+PY ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+.PHONY: tune test
+tune: $(STAMP)
+	$(VENV)/bin/python -m mlir_ansor.tune resnet_block --out ansor_out
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/lit -v lit_tests

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.tasks import executable_sources, extract_tasks
+from mlir_ansor.tuner.toolchain import Toolchain
+
+DATA = Path(__file__).parent / "data"
+
+
+def linalg_func(body_args: str, results: str, body: str) -> str:
+    return f"func.func @main({body_args}) -> {results} {{\n{body}\n}}"
+
+
+MATMUL = linalg_func(
+    "%a: tensor<64x32xf32>, %b: tensor<32x48xf32>", "tensor<64x48xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>
+  return %r : tensor<64x48xf32>""")
+
+BATCH_MATMUL = linalg_func(
+    "%a: tensor<4x64x32xf32>, %b: tensor<4x32x48xf32>", "tensor<4x64x48xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x64x48xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x64x48xf32>) -> tensor<4x64x48xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<4x64x32xf32>, tensor<4x32x48xf32>) outs(%f : tensor<4x64x48xf32>) -> tensor<4x64x48xf32>
+  return %r : tensor<4x64x48xf32>""")
+
+ELEMENTWISE = linalg_func(
+    "%a: tensor<32x64xf32>, %b: tensor<32x64xf32>", "tensor<32x64xf32>", """
+  %e = tensor.empty() : tensor<32x64xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<32x64xf32>, tensor<32x64xf32>) outs(%e : tensor<32x64xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %v = arith.addf %x, %y : f32
+      linalg.yield %v : f32 } -> tensor<32x64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+      iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<32x64xf32>) outs(%e : tensor<32x64xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %v = math.exp %x : f32
+      linalg.yield %v : f32 } -> tensor<32x64xf32>
+  return %r : tensor<32x64xf32>""")
+
+ROW_SUM = linalg_func(
+    "%a: tensor<8x4096xf32>", "tensor<8xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+  %r = linalg.reduce ins(%a : tensor<8x4096xf32>) outs(%f : tensor<8xf32>) dimensions = [1]
+    (%x: f32, %acc: f32) { %s = arith.addf %x, %acc : f32
+      linalg.yield %s : f32 }
+  return %r : tensor<8xf32>""")
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.fixture(scope="session")
+def tools() -> Toolchain:
+    return Toolchain.find()
+
+
+@pytest.fixture(scope="session")
+def conv_tasks(tools, tmp_path_factory):
+    """Tasks IREE forms for a conv+bn+relu imported by torch-mlir."""
+    torch.manual_seed(0)
+    model = ConvBnRelu().eval()
+    text = import_model(model, (torch.randn(1, 8, 16, 16),))
+    path = tmp_path_factory.mktemp("conv") / "model.mlir"
+    path.write_text(text)
+    return extract_tasks(executable_sources(path, "llvm-cpu", tools, 300))
+
+
+def ops_of(text: str):
+    return analyze_task(text)

@@ -1,0 +1,98 @@
+"""Sketch generation and annotation decisions (counts, kinds, determinism, round trip)."""
+import random
+
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import annotate, sample_programs
+from mlir_ansor.sketch_passes.program import Program, SplitStep
+from mlir_ansor.sketch_passes.rules import default_cpu_rules, register_rule, _USER_RULES
+from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule, generate_sketches
+from tests.conftest import DATA, ELEMENTWISE, MATMUL, ROW_SUM, ops_of
+
+
+def sketches(text):
+    ops = ops_of(text)
+    return ops, generate_sketches(ops, default_cpu_rules())
+
+
+def test_matmul_sketches():
+    """Two sketches: (1) cache write + SSRSRS, (2) SSRSRS accumulating in place."""
+    _, sks = sketches(MATMUL)
+    assert [s.name for s in sks] == ["AddCacheWrite+MultiLevelTiling", "MultiLevelTiling"]
+    assert sks[0].cache_write and not sks[1].cache_write
+    assert all(s.root == "op1_matmul" and s.anchor == "op1_matmul" for s in sks)
+
+
+def test_matmul_relu_sketch():
+    """One sketch: SSRSRS with the relu consumer fused."""
+    _, sks = sketches((DATA / "mm_relu_512.mlir").read_text())
+    assert len(sks) == 1
+    assert sks[0].fuse_consumer and sks[0].root == "op1_matmul" and sks[0].anchor == "op2_generic"
+
+
+def test_elementwise_sketch():
+    """One sketch: the add inlined into the exp's tile."""
+    _, sks = sketches(ELEMENTWISE)
+    assert len(sks) == 1 and sks[0].root == "" and sks[0].inlined == ("op0_generic",)
+
+
+def test_conv_sketch(conv_tasks):
+    """conv + bn/relu epilogue: one SSRSRS-with-fusion sketch."""
+    t = [t for t in conv_tasks if t.tunable][0]
+    assert [s.name for s in t.sketches] == ["MultiLevelTilingWithFusion"]
+
+
+def test_same_seed_same_programs():
+    ops, sks = sketches(MATMUL)
+    a = sample_programs(ops, sks, 10, random.Random(7))
+    b = sample_programs(ops, sks, 10, random.Random(7))
+    c = sample_programs(ops, sks, 10, random.Random(8))
+    assert a == b and [p.key for p in a] == [p.key for p in b]
+    assert a != c
+
+
+def test_annotation_respects_extents_and_register_tile():
+    ops, sks = sketches(MATMUL)
+    rng = random.Random(0)
+    for _ in range(50):
+        p = annotate(ops, sks[1], rng)
+        splits = [s for s in p.steps if isinstance(s, SplitStep)]
+        inner = 1
+        for s in splits:
+            ext = ops[1].extents[s.loop]
+            prod = 1
+            for x in s.lengths:
+                prod *= x
+            assert ext % prod == 0
+            if ops[1].iterators[s.loop] == "parallel":
+                inner *= s.lengths[-1]
+        assert inner <= 256
+
+
+def test_program_json_round_trip():
+    ops, sks = sketches(MATMUL)
+    p = annotate(ops, sks[0], random.Random(3))
+    q = Program.from_json(p.to_json())
+    assert q == p and q.key == p.key
+
+
+class _TagReductions:
+    name = "TagReductions"
+
+    def condition(self, ops, state):
+        return Decision.APPLY if ops[state.index].reduction_dims else Decision.SKIP
+
+    def apply(self, ops, state):
+        return [State(add_rule(state.sketch, self.name), state.index - 1)]
+
+
+def test_user_rule_is_registered_in_order():
+    register_rule(_TagReductions())
+    try:
+        rules = default_cpu_rules()
+        assert [r.name for r in rules][-2:] == ["TagReductions", "Skip"]
+        _, sks = sketches(ROW_SUM)
+        # The user rule adds a sketch alongside the built-in ones.
+        assert any("TagReductions" in s.rules for s in sks)
+    finally:
+        _USER_RULES.clear()
