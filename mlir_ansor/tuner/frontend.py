@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -37,12 +39,27 @@ def import_model(model, example_inputs: tuple) -> str:
     """linalg-on-tensors text of `model`; an import failure names the failing op."""
     from torch_mlir import fx
 
-    try:
-        module = fx.export_and_import(model, *example_inputs, output_type="linalg-on-tensors",
-                                      func_name="main")
-    except Exception as e:
-        msg = str(e)
-        op = re.search(r"(torch\.[a-z_.0-9]+|aten[._:][a-z_.0-9]+)", msg)
+    # MLIR prints its diagnostics (which name the failing op) straight to fd 2: capture them.
+    with tempfile.TemporaryFile(mode="w+") as diag:
+        saved = os.dup(2)
+        os.dup2(diag.fileno(), 2)
+        try:
+            module = fx.export_and_import(model, *example_inputs,
+                                          output_type="linalg-on-tensors", func_name="main")
+            error = None
+        except Exception as e:
+            error = e
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        diag.seek(0)
+        diagnostics = diag.read()
+    if error is not None:
+        e = error
+        msg = str(e) + "\n" + diagnostics
+        op = (re.search(r'name = "(torch\.aten\.[A-Za-z_.0-9]+)"', msg)
+              or re.search(r"legalize operation '([^']+)'", msg)
+              or re.search(r"(aten[._:][A-Za-z_.0-9]+)", msg))
         where = f" (failing op: {op.group(1)})" if op else ""
         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
         raise FrontendError(f"torch-mlir cannot import the model{where}: {first}") from e

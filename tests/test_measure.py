@@ -1,0 +1,73 @@
+"""Measurement honesty: only applied, validated strategies count as tuned."""
+import random
+
+import numpy as np
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner.tasks import extract_tasks, executable_sources
+from tests.conftest import MATMUL
+
+
+@pytest.fixture(scope="module")
+def mm_measurer(tools, tmp_path_factory):
+    d = tmp_path_factory.mktemp("mm")
+    (d / "m.mlir").write_text(MATMUL)
+    tasks = extract_tasks(executable_sources(d / "m.mlir", "llvm-cpu", tools, 120))
+    task = [t for t in tasks if t.tunable][0]
+    m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
+    m.prepare()
+    return m
+
+
+def _programs(m, n, seed=0):
+    rng = random.Random(seed)
+    return [annotate(m.task.ops, m.task.sketches[i % len(m.task.sketches)], rng) for i in range(n)]
+
+
+def test_valid_candidates_are_applied_and_timed(mm_measurer):
+    recs = mm_measurer.measure(_programs(mm_measurer, 2))
+    assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    assert all(r.latency_s and r.latency_s > 0 and len(r.samples_s) == 2 for r in recs)
+
+
+def test_unparsable_strategy_is_a_failure(mm_measurer, monkeypatch):
+    # IREE warns and compiles with its default codegen when a library does not parse:
+    # that must be caught as "not applied", never timed as tuned.
+    monkeypatch.setattr(M, "library_text", lambda entries: "module { this is not mlir")
+    recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=5))
+    assert recs[0].status in ("not_applied", "compile_error")
+    assert recs[0].latency_s is None and not recs[0].ok
+
+
+def test_strategy_that_fails_to_apply_is_a_failure(mm_measurer, monkeypatch):
+    # A program naming a loop structure the payload does not have fails inside the
+    # strategy (split_handle count mismatch) and must be recorded as a compile error.
+    task = mm_measurer.task
+    bad_ops = task.ops + task.ops[-1:]
+    real = M.TunedEntry
+
+    def bad_entry(task_id, mlir, ops, program):
+        return real(task_id, mlir, bad_ops, program)
+
+    monkeypatch.setattr(M, "TunedEntry", bad_entry)
+    recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=6))
+    assert recs[0].status == "compile_error" and recs[0].latency_s is None
+
+
+def test_wrong_answer_is_rejected(mm_measurer):
+    saved = mm_measurer.reference
+    mm_measurer.reference = [r + np.float32(0.5) for r in saved]  # reference disagrees
+    try:
+        recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=7))
+    finally:
+        mm_measurer.reference = saved
+    assert recs[0].status == "wrong_answer" and recs[0].latency_s is None
+
+
+def test_outputs_match_tolerance():
+    cfg = M.MeasureConfig()
+    a = np.ones((4, 4), np.float32)
+    assert M.outputs_match([a], [a + 1e-6], cfg) == ""
+    assert "max abs error" in M.outputs_match([a], [a + 1.0], cfg)
