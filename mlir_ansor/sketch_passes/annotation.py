@@ -15,6 +15,7 @@ MAX_OTHER_INNER = 16  # innermost tile of any other spatial loop
 MAX_REGISTER_TILE = 256  # elements of the innermost (register) tile
 UNROLL_CHOICES = (1, 2, 4, 8)
 MAX_WORKGROUP_DIMS = 3
+MAX_LOCAL_TILE = 8192  # elements of a local (stack) tile: IREE's CPU stack limit is 32 KiB
 
 
 def divisors(n: int) -> list[int]:
@@ -54,7 +55,10 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3, _inner_limit(root, l))
                       for l in root.parallel_dims}
-            if math.prod(s[-1] for s in splits.values()) <= MAX_REGISTER_TILE:
+            local = math.prod(s[-1] * s[-2] for s in splits.values())
+            needs_local = sketch.fuse_consumer or sketch.cache_write
+            if math.prod(s[-1] for s in splits.values()) <= MAX_REGISTER_TILE and (
+                    not needs_local or local <= MAX_LOCAL_TILE):
                 break
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
