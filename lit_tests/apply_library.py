@@ -10,14 +10,14 @@ from pathlib import Path
 from helpers import program_of
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text
 from mlir_ansor.tuner.measure import applied_strategies
-from mlir_ansor.tuner.tasks import executable_sources, extract_tasks
+from mlir_ansor.tuner.tasks import flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 payload_path, work = Path(sys.argv[1]), Path(sys.argv[2])
 work.mkdir(parents=True, exist_ok=True)
 tools = Toolchain.find()
 # The task is the dispatch IREE forms, rewritten as a tensor function (as the tuner does).
-task = extract_tasks(executable_sources(payload_path, "llvm-cpu", tools, 300))[0]
+task = extract_tasks(flow_source(payload_path, "llvm-cpu", tools, 300))[0]
 ops, prog = program_of(task.task_mlir, 0, seed=3)
 lib = work / "lib.mlir"
 lib.write_text(library_text([TunedEntry("t7", task.task_mlir, tuple(ops), prog)]))

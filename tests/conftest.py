@@ -8,7 +8,7 @@ from torch import nn
 
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.tasks import executable_sources, extract_tasks
+from mlir_ansor.tuner.tasks import flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain
 
 DATA = Path(__file__).parent / "data"
@@ -85,7 +85,7 @@ def conv_tasks(tools, tmp_path_factory):
     text = import_model(model, (torch.randn(1, 8, 16, 16),))
     path = tmp_path_factory.mktemp("conv") / "model.mlir"
     path.write_text(text)
-    return extract_tasks(executable_sources(path, "llvm-cpu", tools, 300))
+    return extract_tasks(flow_source(path, "llvm-cpu", tools, 300))
 
 
 def ops_of(text: str):

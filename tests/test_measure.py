@@ -6,7 +6,7 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.tuner import measure as M
-from mlir_ansor.tuner.tasks import extract_tasks, executable_sources
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from tests.conftest import MATMUL
 
 
@@ -14,7 +14,7 @@ from tests.conftest import MATMUL
 def mm_measurer(tools, tmp_path_factory):
     d = tmp_path_factory.mktemp("mm")
     (d / "m.mlir").write_text(MATMUL)
-    tasks = extract_tasks(executable_sources(d / "m.mlir", "llvm-cpu", tools, 120))
+    tasks = extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 120))
     task = [t for t in tasks if t.tunable][0]
     m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
     m.prepare()

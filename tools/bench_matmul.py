@@ -19,7 +19,7 @@ from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer, benchmark, compile_module
 from mlir_ansor.tuner.records import RecordStore, best_by_task
 from mlir_ansor.tuner.search import SearchConfig, round_robin
-from mlir_ansor.tuner.tasks import executable_sources, extract_tasks
+from mlir_ansor.tuner.tasks import flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.examples import matmul_1024
 
@@ -48,7 +48,7 @@ def main() -> int:
     model, inputs = matmul_1024()
     model_mlir = args.out / "model.mlir"
     model_mlir.write_text(import_model(model, inputs))
-    task = [t for t in extract_tasks(executable_sources(model_mlir, "llvm-cpu", tools, 300))
+    task = [t for t in extract_tasks(flow_source(model_mlir, "llvm-cpu", tools, 300))
             if t.tunable][0]
     m = TaskMeasurer(task, args.out / "tasks", tools, cfg)
     m.prepare()

@@ -15,8 +15,8 @@ from iree.compiler import ir
 
 from mlir_ansor.errors import UnsupportedDispatch
 
-_LOAD = "iree_tensor_ext.dispatch.tensor.load"
-_STORE = "iree_tensor_ext.dispatch.tensor.store"
+_LOADS = ("iree_tensor_ext.dispatch.tensor.load", "iree_codegen.load_from_buffer")
+_STORES = ("iree_tensor_ext.dispatch.tensor.store", "iree_codegen.store_to_buffer")
 _SUBSPAN = "hal.interface.binding.subspan"
 _UNSUPPORTED = ("hal.interface.constant.load", "iree_tensor_ext.dispatch.workload.ordinal")
 
@@ -61,6 +61,100 @@ def dispatch_funcs(module: ir.Module) -> list[ir.Operation]:
     return funcs
 
 
+@dataclass(frozen=True)
+class FlowDispatch:
+    """One `flow.executable` of a flow-level module and how the program calls it."""
+
+    name: str
+    pattern: DispatchFunc | None  # its linalg body as a tensor function (None: unsupported)
+    module_mlir: str  # runnable: the executable verbatim + `@main` calling it once
+    weight: int  # number of flow.dispatch ops calling it
+    skip_reason: str = ""
+    input_types: tuple[str, ...] = ()  # of the runnable @main
+    output_types: tuple[str, ...] = ()
+
+
+def flow_dispatches(module: ir.Module) -> list[FlowDispatch]:
+    """Every executable of a flow-level module (`iree-compile --compile-to=flow`).
+
+    The runnable module keeps the executable exactly as IREE formed it, so compiling it
+    gives the model's dispatch payload (re-forming dispatches from a tensor function does
+    not: IREE may re-specialize and re-expand ops).
+    """
+    exes: dict[str, ir.Operation] = {}
+    calls: dict[str, list[ir.Operation]] = {}
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name == "flow.executable":
+            exes[ir.StringAttr(o.attributes["sym_name"]).value] = o
+            return ir.WalkResult.SKIP
+        if o.name == "flow.dispatch":
+            ref = str(o.attributes["entry_points"]).strip("[]@").split("::")[0]
+            calls.setdefault(ref, []).append(o)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    out = []
+    with module.context, ir.Location.unknown():
+        for name, exe in exes.items():
+            users = calls.get(name, [])
+            if not users:
+                continue
+            try:
+                out.append(_flow_dispatch(name, exe, users))
+            except UnsupportedDispatch as e:
+                out.append(FlowDispatch(name, None, "", len(users), str(e)))
+    return out
+
+
+def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> FlowDispatch:
+    from iree.compiler.dialects import func as func_d
+
+    call = users[0]
+    funcs = _walk_ops(exe, "func.func")
+    if len(funcs) != 1:
+        raise UnsupportedDispatch(f"executable {name}: {len(funcs)} functions")
+    if any(not isinstance(v.type, ir.RankedTensorType) for v in call.operands):
+        raise UnsupportedDispatch(f"executable {name}: dynamic workload operands")
+    runnable = ir.Module.create()
+    with ir.InsertionPoint(runnable.body):
+        exe.clone()
+        ftype = ir.FunctionType.get([v.type for v in call.operands],
+                                    [r.type for r in call.results])
+        main = func_d.FuncOp("main", ftype)
+        entry = main.add_entry_block()
+        with ir.InsertionPoint(entry):
+            new_call = call.clone()
+            for i, arg in enumerate(entry.arguments):
+                new_call.operands[i] = arg
+            func_d.ReturnOp(list(new_call.results))
+    if not runnable.operation.verify():
+        raise UnsupportedDispatch(f"executable {name}: task module does not verify")
+    # The pattern is cut from a private copy of the dispatch function.
+    holder = ir.Module.create()
+    with ir.InsertionPoint(holder.body):
+        copy = funcs[0].clone()
+    return FlowDispatch(name, to_task_function(copy), str(runnable), len(users), "",
+                        tuple(str(v.type) for v in call.operands),
+                        tuple(str(r.type) for r in call.results))
+
+
+def codegen_view(configured: str) -> DispatchFunc:
+    """The dispatch as IREE's codegen hands it to a strategy, from a
+    `--iree-hal-dump-executable-configurations-to` file (codegen may have rewritten the
+    dispatch since dispatch formation, e.g. re-expanded unit dims of a convolution)."""
+    with ir.Context() as ctx:
+        module = ir.Module.parse(configured, ctx)
+        funcs = [f for f in _walk_ops(module.operation, "func.func")]
+        if len(funcs) != 1:
+            raise UnsupportedDispatch(f"configured executable has {len(funcs)} functions")
+        for f in funcs:
+            for key in ("translation_info",):
+                if key in f.attributes:
+                    del f.attributes[key]
+        return to_task_function(funcs[0])
+
+
 def to_task_function(func: ir.Operation) -> DispatchFunc:
     """Rewrite `func` (in place, then detached into a new module) into a tensor function."""
     with func.context:
@@ -73,6 +167,7 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         if _walk_ops(func, bad):
             raise UnsupportedDispatch(f"dispatch {name}: '{bad}' (dynamic shapes) is not supported yet")
     block = func.regions[0].blocks[0]
+    n_orig_args = len(block.arguments)  # flow-level dispatches take dispatch tensors as args
     ops = list(block.operations)
     loc = ir.Location.unknown(func.context)
     in_types: list[ir.Type] = []
@@ -80,13 +175,13 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
     to_erase: list[ir.Operation] = []
     for op in ops:
         op = op.operation
-        if op.name == _LOAD or _is_hoistable_constant(op):
+        if op.name in _LOADS or _is_hoistable_constant(op):
             result = op.results[0]
             in_types.append(result.type)
             arg = block.add_argument(result.type, loc)
             result.replace_all_uses_with(arg)
             to_erase.append(op)
-        elif op.name == _STORE:
+        elif op.name in _STORES:
             out_values.append(op.operands[0])
             to_erase.append(op)
         elif op.name == _SUBSPAN:
@@ -99,11 +194,19 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
     terminator.erase()
     for op in reversed(to_erase):  # stores first, then loads, then bindings
         op.erase()
-    # Index constants that only fed the bindings are dead now.
-    for op in list(block.operations):
-        op = op.operation
-        if op.name == "arith.constant" and len(op.results) == 1 and not list(op.results[0].uses):
-            op.erase()
+    for _ in range(n_orig_args):
+        block.erase_argument(0)
+    # Bindings, their views and the index constants that fed them are dead now.
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.operations)):
+            op = op.operation
+            dead = op.results and all(not list(r.uses) for r in op.results)
+            if dead and (op.name == "arith.constant" or op.name == _SUBSPAN
+                         or all(isinstance(r.type, ir.MemRefType) for r in op.results)):
+                op.erase()
+                changed = True
     out_types = [v.type for v in out_values]
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))
     func.attributes["sym_name"] = ir.StringAttr.get("main")

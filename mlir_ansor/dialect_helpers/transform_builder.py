@@ -109,7 +109,7 @@ def after_vectorize() -> list:
 
 
 def unit_dims() -> list:
-    return [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
+    return [structured.ApplyFoldUnitExtentDimsViaReshapesPatternsOp,
             transform.ApplyCanonicalizationPatternsOp]
 
 

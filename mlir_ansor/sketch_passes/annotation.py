@@ -29,6 +29,24 @@ def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
     raise KeyError(f"no op named {name}")
 
 
+def window_loops(op: OpInfo) -> set[int] | None:
+    """Loops that appear in a compound (window) index expression; None if there is none."""
+    loops = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
+    return loops or None
+
+
+def window_rows(op: OpInfo) -> set[int]:
+    """Output loops of all window expressions but the last (e.g. the output row of a 2-D
+    convolution): their innermost tile is 1 so the convolution decomposes to 1-D."""
+    rows: list[int] = []
+    for o in op.operands:
+        for t in o.map_results:
+            if len(t) > 1:
+                par = [d for d, _ in t if op.iterators[d] == "parallel"]
+                rows.extend(par[:1])
+    return set(rows[:-1])
+
+
 def _inner_limit(op: OpInfo, loop: int) -> int:
     last = len(op.output.shape) - 1
     return MAX_VECTOR_LANES if op.output_dim_of_loop(loop) == last else MAX_OTHER_INNER
@@ -52,8 +70,10 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
     prog = Program(sketch)
     if sketch.root:
         root = op_by_name(ops, sketch.root)
+        unit_rows = window_rows(root)
         for _ in range(100):  # resample until the register tile fits
-            splits = {l: _sample_levels(rng, root.extents[l], 3, _inner_limit(root, l))
+            splits = {l: _sample_levels(rng, root.extents[l], 3,
+                                        1 if l in unit_rows else _inner_limit(root, l))
                       for l in root.parallel_dims}
             local = math.prod(s[-1] * s[-2] for s in splits.values())
             needs_local = sketch.fuse_consumer or sketch.cache_write
@@ -62,13 +82,23 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
                 break
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
+        window = window_loops(root)
         for l in root.reduction_dims:
-            prog = prog.with_step(SplitStep(root.name, l, (rng.choice(divisors(root.extents[l])),)))
+            r1 = rng.choice(divisors(root.extents[l]))
+            if window is None or l in window:
+                prog = prog.with_step(SplitStep(root.name, l, (r1,)))
+            else:
+                # Window ops keep a vector reduction (e.g. input channels) in the innermost
+                # tile: after unit window dims fold away it is a contraction, not a product.
+                v = rng.choice([d for d in divisors(r1) if d <= MAX_OTHER_INNER])
+                prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
         outer = [l for l in root.parallel_dims
                  if root.extents[l] // math.prod(splits[l]) > 1]
         prog = prog.with_step(ParallelStep(root.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
-        r_inner = math.prod(prog.split(root.name, l).lengths[0] for l in root.reduction_dims)
-        factor = rng.choice([f for f in UNROLL_CHOICES if r_inner % f == 0])
+        last = [prog.split(root.name, l).lengths for l in root.reduction_dims]
+        last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
+        trip = (last[-1][0] // (last[-1][1] if len(last[-1]) > 1 else 1)) if last else 1
+        factor = rng.choice([f for f in UNROLL_CHOICES if trip % f == 0])
         prog = prog.with_step(UnrollStep(root.name, factor))
         prog = prog.with_step(VectorizeStep(root.name))
     else:

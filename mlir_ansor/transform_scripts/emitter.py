@@ -154,17 +154,21 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             if inner is not None:
                 names = [ops[i].name for i in inner]
                 h.update(zip(names, tb.split(tb.match_tileable(loops[-1]), len(names))))
+                # Shrink the fused temporaries' tensor.empty to the S1 tile (local buffer).
+                tb.patterns(func, tbm.tiling_cleanup())
             shape = plan.tile_shape(1)
             # R0, S2, R1 on the root.
             red = {l: plan.lengths[l][0] for l in root.reduction_dims}
             r0 = [red[l] if l in red and red[l] != root.extents[l] else 0
                   for l in range(len(root.extents))]
+            r0_loops: list[ir.Value] = []
             if any(r0):
                 h[root.name], r0_loops = tb.tile_for(h[root.name], r0)
             s2 = plan.base_sizes(2)
             if any(s2):
                 h[root.name], _ = tb.tile_for(h[root.name], s2)
-            r1 = [1 if l in red and red[l] > 1 else 0 for l in range(len(root.extents))]
+            vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
+            r1 = [vec[l] if l in red and red[l] > vec[l] else 0 for l in range(len(root.extents))]
             r1_loops: list[ir.Value] = []
             if any(r1):
                 h[root.name], r1_loops = tb.tile_for(h[root.name], r1)
@@ -174,8 +178,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     h[o.name], _ = tb.tile_for(h[o.name], _row_sizes(o, shape[-1]))
                     vector_ops.append(o.name)
             if has_window_access(root):
-                tb.patterns(func, tbm.unit_dims())
-                vector_ops = []  # handles of rewritten ops are stale: vectorize by region
+                # Convolutions: back to the named op, then 2-D -> 1-D (the unit window rows
+                # fold away) so the vectorizer emits its convolution kernel.
+                named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
+                h[root.name] = transform.structured.DecomposeOp(named).result
         if vector_ops:
             for n in vector_ops:
                 tb.vectorize(h[n])
@@ -184,11 +190,14 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
         if root is not None and r1_loops and vector_ops:
-            tb.hoist(r1_loops[-1])
+            # Innermost first: the accumulator climbs out of every reduction loop.
+            for loop_h in reversed(r1_loops):
+                tb.hoist(loop_h)
             if plan.unroll > 1:
                 tb.unroll(r1_loops[-1], plan.unroll)
-        elif not vector_ops:  # loop handles died with the func rewrite: hoist in every loop
-            tb.hoist(tb.match_names(func, ["scf.for"]))
+        elif not vector_ops:  # loop handles died with the func rewrite: hoist in every loop,
+            for _ in range(3):  # repeatedly, so accumulators climb out of nested loops
+                tb.hoist(tb.match_names(func, ["scf.for"]))
 
         func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
         func = tb.iree_op("transform.iree.bufferize", [func], results=1).results[0]

@@ -15,7 +15,7 @@ from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import RecordStore, best_by_task
 from mlir_ansor.tuner.search import SearchConfig, round_robin
-from mlir_ansor.tuner.tasks import Task, executable_sources, extract_tasks
+from mlir_ansor.tuner.tasks import Task, flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 
@@ -58,15 +58,19 @@ def run(opts: TuneOptions) -> str:
     model_mlir.write_text(import_model(model, inputs))
 
     print("[2/5] forming IREE dispatches (tasks)", flush=True)
-    tasks = extract_tasks(executable_sources(model_mlir, opts.target, tools, 600))
-    tunable = [t for t in tasks if t.tunable]
+    tasks = extract_tasks(flow_source(model_mlir, opts.target, tools, 600))
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
-    for t in tqdm(tunable, desc="baselines", unit="task"):
+    for i, t in enumerate(tqdm(tasks, desc="baselines", unit="task")):
+        if not t.tunable:
+            continue
         m = TaskMeasurer(t, out / "tasks", tools, cfg, seed=opts.seed)
-        m.prepare()
-        measurers[t.key] = m
-        defaults[t.key] = m.time_default()
+        m.prepare()  # re-reads the task on the payload codegen will see
+        tasks[i] = m.task
+        if m.task.tunable:
+            measurers[t.key] = m
+            defaults[t.key] = m.time_default()
+    tunable = [t for t in tasks if t.tunable]
 
     print(f"[3/5] tuning {len(tunable)} of {len(tasks)} tasks, {opts.trials} trials", flush=True)
     store = RecordStore(out / "records.jsonl")

@@ -21,7 +21,8 @@ import numpy as np
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner import records as rec
-from mlir_ansor.tuner.tasks import Task, random_inputs
+from mlir_ansor.errors import UnsupportedDispatch
+from mlir_ansor.tuner.tasks import Task, random_inputs, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 
 
@@ -108,7 +109,7 @@ class TaskMeasurer:
         self.dir = Path(workdir) / task.task_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.src = self.dir / "task.mlir"
-        self.src.write_text(task.task_mlir)
+        self.src.write_text(task.module_mlir)
         self.inputs = []
         for i, a in enumerate(random_inputs(task.input_types, seed)):
             p = self.dir / f"in{i}.npy"
@@ -118,11 +119,19 @@ class TaskMeasurer:
         self.default_latency: float | None = None
 
     def prepare(self) -> None:
-        """Compile with IREE's default codegen: reference outputs and baseline time."""
+        """Compile with IREE's default codegen: the payload a strategy will see (the task's
+        ops and sketches come from it), reference outputs and the baseline."""
         vmfb = self.dir / "default.vmfb"
-        res = compile_module(self.tools, self.src, vmfb, self.cfg)
+        cfg_dir = self.dir / "default_configs"
+        res = compile_module(self.tools, self.src, vmfb, self.cfg,
+                             extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
         if res.returncode != 0:
             raise RuntimeError(f"default compile of {self.task.name} failed: {res.stderr[-300:]}")
+        dumps = sorted(cfg_dir.glob("*.mlir"))
+        if len(dumps) != 1:
+            raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
+                                      "executables")
+        self.task = with_codegen_view(self.task, dumps[0].read_text())
         ref_dir = self.dir / "reference"
         ref_dir.mkdir(exist_ok=True)
         outs, err = run_outputs(self.tools, vmfb, self.inputs, len(self.task.output_types),

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 from iree.compiler import ir
 
-from mlir_ansor.dialect_helpers.dispatch import dispatch_funcs, to_task_function
+from dataclasses import replace
+
+from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
@@ -26,8 +28,9 @@ class Task:
     name: str  # IREE's name of the first dispatch seen
     key: str  # content hash of the task function: identical dispatches share it
     weight: int  # occurrences in the model
-    task_mlir: str
-    input_types: tuple[str, ...]
+    task_mlir: str  # the dispatch's linalg body as a tensor function (analysis, matcher)
+    module_mlir: str  # runnable: the dispatch exactly as IREE formed it, called by @main
+    input_types: tuple[str, ...]  # of the runnable @main
     output_types: tuple[str, ...]
     ops: tuple[OpInfo, ...] = ()
     sketches: tuple[Sketch, ...] = ()
@@ -64,50 +67,55 @@ def random_inputs(types: tuple[str, ...], seed: int) -> list[np.ndarray]:
     return out
 
 
-def executable_sources(model_mlir: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
-    cmd = [tools.compile, str(model_mlir), *target_flags(target),
-           "--compile-to=executable-sources", "-o", "-"]
+def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
+    """The model after IREE's dispatch formation (`--compile-to=flow`)."""
+    cmd = [tools.compile, str(model_mlir), *target_flags(target), "--compile-to=flow", "-o", "-"]
     res = run_isolated(cmd, timeout_s)
     if res.returncode != 0:
         raise CompileError(f"iree-compile could not form dispatches: {res.stderr.strip()[:500]}")
     return res.stdout
 
 
-def extract_tasks(sources: str) -> list[Task]:
-    """Deduplicated tasks of executable sources, in first-seen order."""
-    by_key: dict[str, dict] = {}
+def extract_tasks(flow_text: str) -> list[Task]:
+    """Deduplicated tasks of a flow-level module, in first-seen order."""
+    merged: dict[str, dict] = {}
     with ir.Context() as ctx:
-        module = ir.Module.parse(sources, ctx)
-        for func in dispatch_funcs(module):
-            name = ir.StringAttr(func.attributes["sym_name"]).value
-            try:
-                d = to_task_function(func)
-            except UnsupportedDispatch as e:
-                key = hashlib.sha256(name.encode()).hexdigest()[:12]
-                by_key.setdefault(key, {"name": name, "weight": 0, "d": None, "why": str(e)})
-                by_key[key]["weight"] += 1
-                continue
-            key = hashlib.sha256(d.task_mlir.encode()).hexdigest()[:12]
-            entry = by_key.setdefault(key, {"name": name, "weight": 0, "d": d, "why": ""})
-            entry["weight"] += 1
+        module = ir.Module.parse(flow_text, ctx)
+        for d in flow_dispatches(module):
+            text = d.pattern.task_mlir if d.pattern else d.name
+            key = hashlib.sha256(text.encode()).hexdigest()[:12]
+            entry = merged.setdefault(key, {"d": d, "weight": 0})
+            entry["weight"] += d.weight
     tasks = []
-    for i, (key, e) in enumerate(by_key.items()):
-        d, why = e["d"], e["why"]
-        ops: tuple[OpInfo, ...] = ()
-        sketches: tuple[Sketch, ...] = ()
-        if d is not None:
-            try:
-                ops = tuple(analyze_task(d.task_mlir))
-                sketches = tuple(generate_sketches(ops, default_cpu_rules()))
-                if not any(o.is_linalg for o in ops):
-                    why = "no linalg op (a copy): left to IREE"
-                elif not sketches:
-                    why = "no sketch (several outputs): left to IREE"
-            except UnsupportedDispatch as err:
-                why = str(err)
-        tasks.append(Task(task_id=f"t{i}", name=e["name"], key=key, weight=e["weight"],
-                          task_mlir=d.task_mlir if d else "",
-                          input_types=d.input_types if d else (),
-                          output_types=d.output_types if d else (),
-                          ops=ops, sketches=sketches, skip_reason=why))
+    for i, (key, e) in enumerate(merged.items()):
+        d = e["d"]
+        task = Task(task_id=f"t{i}", name=d.name, key=key, weight=e["weight"],
+                    task_mlir=d.pattern.task_mlir if d.pattern else "",
+                    module_mlir=d.module_mlir, input_types=d.input_types,
+                    output_types=d.output_types, skip_reason=d.skip_reason)
+        tasks.append(_analyzed(task, task.task_mlir) if d.pattern else task)
     return tasks
+
+
+def _analyzed(task: Task, func_mlir: str) -> Task:
+    """The task with ops and sketches read from `func_mlir` (or the reason it is skipped)."""
+    try:
+        ops = tuple(analyze_task(func_mlir))
+    except UnsupportedDispatch as err:
+        return replace(task, ops=(), sketches=(), skip_reason=str(err))
+    sketches = tuple(generate_sketches(ops, default_cpu_rules()))
+    why = ""
+    if not any(o.is_linalg for o in ops):
+        why = "no linalg op (a copy): left to IREE"
+    elif not sketches:
+        why = "no sketch (several outputs): left to IREE"
+    return replace(task, ops=ops, sketches=sketches, skip_reason=why)
+
+
+def with_codegen_view(task: Task, configured: str) -> Task:
+    """Re-analyze the task on the payload IREE's codegen hands to a strategy."""
+    try:
+        view = codegen_view(configured)
+    except UnsupportedDispatch as err:
+        return replace(task, ops=(), sketches=(), skip_reason=str(err))
+    return _analyzed(task, view.task_mlir)
