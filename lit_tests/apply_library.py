@@ -2,7 +2,6 @@
 # The exported selector library applied by stock iree-compile: the matmul+relu dispatch is
 # configured with our strategy (codegen_spec), and a library whose matcher does not fit
 # the payload leaves it to IREE's default.
-import subprocess
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from pathlib import Path
@@ -11,7 +10,7 @@ from helpers import program_of
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text
 from mlir_ansor.tuner.measure import applied_strategies
 from mlir_ansor.tuner.tasks import flow_source, extract_tasks
-from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 
 payload_path, work = Path(sys.argv[1]), Path(sys.argv[2])
 work.mkdir(parents=True, exist_ok=True)
@@ -31,19 +30,19 @@ print(lib.read_text())
 # CHECK-NEXT: @match_t7 -> @apply_t7
 
 cfg = work / "cfg"
-res = subprocess.run([tools.compile, str(payload_path), *target_flags("llvm-cpu"),
-                      f"--iree-codegen-transform-dialect-library={lib}",
-                      f"--iree-hal-dump-executable-configurations-to={cfg}",
-                      "-o", str(work / "out.vmfb")], capture_output=True, text=True)
+res = run_isolated([tools.compile, str(payload_path), *target_flags("llvm-cpu"),
+                    f"--iree-codegen-transform-dialect-library={lib}",
+                    f"--iree-hal-dump-executable-configurations-to={cfg}",
+                    "-o", str(work / "out.vmfb")], 120, 6 << 30)
 print("rc", res.returncode, "applied", sorted(applied_strategies(cfg)))
 # CHECK: rc 0 applied ['strategy_t7']
 
 other = payload.replace("512x512", "256x256")  # same ops, other shapes: must not match
 cfg2 = work / "cfg2"
 (work / "other.mlir").write_text(other)
-res = subprocess.run([tools.compile, str(work / "other.mlir"), *target_flags("llvm-cpu"),
-                      f"--iree-codegen-transform-dialect-library={lib}",
-                      f"--iree-hal-dump-executable-configurations-to={cfg2}",
-                      "-o", str(work / "other.vmfb")], capture_output=True, text=True)
+res = run_isolated([tools.compile, str(work / "other.mlir"), *target_flags("llvm-cpu"),
+                    f"--iree-codegen-transform-dialect-library={lib}",
+                    f"--iree-hal-dump-executable-configurations-to={cfg2}",
+                    "-o", str(work / "other.vmfb")], 120, 6 << 30)
 print("rc", res.returncode, "applied", sorted(applied_strategies(cfg2)))
 # CHECK: rc 0 applied []

@@ -20,7 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", default="resnet_block",
                    help="bundled example name or path/to/file.py:factory (default: resnet_block)")
-    p.add_argument("--trials", type=int, default=40, help="measurements in total (default 40)")
+    p.add_argument("--trials", type=int, default=96, help="measurements in total (default 96)")
     p.add_argument("--target", default="llvm-cpu", help="codegen target (llvm-cpu)")
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
     p.add_argument("--seed", type=int, default=0)

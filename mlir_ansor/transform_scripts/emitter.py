@@ -204,6 +204,11 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         tb.iree_op("transform.iree.forall_to_workgroup", [func])
         tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
         tb.cse(func)
+        if root is not None and has_window_access(root):
+            # Decomposed convolutions leave small copies around their rank-reduced
+            # accumulator (bounded by the local tile): vectorize them. Not done in general:
+            # a large leftover copy would become one huge vector.
+            func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
         # transfer_to_scf and lower_shape_cast loop forever on the window (conv) tiles.
         tb.patterns(func, tbm.lower_vectors(shape_casts=root is None or not has_window_access(root)))
         tb.cse(func)

@@ -22,7 +22,7 @@ from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 @dataclass(frozen=True)
 class TuneOptions:
     model: str = "resnet_block"
-    trials: int = 40
+    trials: int = 96
     target: str = "llvm-cpu"
     out: Path = Path("ansor_out")
     seed: int = 0

@@ -52,7 +52,7 @@ def torch_time(model, inputs: tuple, reps: int) -> float:
 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
-               rounds: int = 3) -> EndToEnd:
+               rounds: int = 7) -> EndToEnd:
     import torch
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,27 @@ class RandomPolicy:
         return out
 
 
+def loop_signature(task: Task) -> tuple:
+    """Tasks with equal signatures share programs (same op roles, loops and extents)."""
+    return tuple((o.name, o.iterators, o.extents) for o in task.ops)
+
+
+def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measured: set[str],
+                 top: int = 2) -> list[Program]:
+    """The best programs of tasks with the same loop nest, not yet measured on `task`."""
+    sig = loop_signature(task)
+    keys = {t.key for t in tasks if t.key != task.key and loop_signature(t) == sig}
+    ok = sorted((r for r in records if r.ok and r.task_key in keys), key=lambda r: r.latency_s)
+    out: list[Program] = []
+    for r in ok:
+        p = r.to_program()
+        if p.key not in measured and p.sketch in task.sketches and p not in out:
+            out.append(p)
+        if len(out) == top:
+            break
+    return out
+
+
 def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
                 records: list[Record], on_record: Callable[[Task, Record], None]) -> None:
     """Spend `cfg.trials` new measurements, `cfg.batch` per task in turn."""
@@ -60,7 +81,9 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
         task = tunable[i % len(tunable)]
         i += 1
         n = min(cfg.batch, cfg.trials - spent)
-        progs = policies[task.key].propose(n, measured[task.key], cfg.max_resample)
+        progs = transferable(task, tunable, records, measured[task.key])[:n]
+        seen = measured[task.key] | {p.key for p in progs}
+        progs += policies[task.key].propose(n - len(progs), seen, cfg.max_resample)
         if not progs:
             stalled += 1  # the space of this task is exhausted
             continue
