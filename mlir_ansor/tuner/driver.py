@@ -89,13 +89,18 @@ def run(opts: TuneOptions) -> str:
                 records, on_record)
     bar.close()
 
-    print("[4/5] exporting the tuned library", flush=True)
+    print("[4/5] best programs against IREE's default, side by side; exporting", flush=True)
     best = best_by_task(records)
+    timed: dict[str, tuple[float, float]] = {}
     entries = []
     for t in tunable:
         b = best.get(t.key)
+        pair = measurers[t.key].side_by_side(b.to_program()) if b else None
+        if pair is None:
+            continue
+        timed[t.key] = pair
         # Keep a strategy only where it beat IREE's default on this machine.
-        if b and defaults[t.key] and b.latency_s < defaults[t.key]:
+        if pair[1] < pair[0]:
             entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, b.to_program()))
     library = None
     if entries:
@@ -109,13 +114,14 @@ def run(opts: TuneOptions) -> str:
 
     rows = []
     for t in tasks:
-        b = best.get(t.key)
-        d = defaults.get(t.key)
+        d, b = timed.get(t.key, (defaults.get(t.key), None))
         status = "tuned" if t.task_id in tuned_ids else (t.skip_reason or "default kept")
-        speed = f"{d / b.latency_s:.2f}x" if (b and d) else "-"
+        if t.tunable and t.key not in timed:
+            status = "no valid program"
+        speed = f"{d / b:.2f}x" if (b and d) else "-"
         n = sum(1 for r in records if r.task_key == t.key)
         rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, _fmt_ms(d),
-                     _fmt_ms(b and b.latency_s), speed, status[:40]])
+                     _fmt_ms(b), speed, status[:40]])
     task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "default ms",
                          "tuned ms", "speedup", "status"], rows)
     e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],

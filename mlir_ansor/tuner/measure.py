@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -145,6 +145,25 @@ class TaskMeasurer:
         times, _ = benchmark(self.tools, self.default_vmfb, self.inputs, self.cfg)
         return statistics.median(times) if times else None
 
+    def side_by_side(self, program: Program, rounds: int = 3) -> tuple[float, float] | None:
+        """(default, tuned) medians of interleaved runs; None if the program fails now."""
+        d = self.dir / "best"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        status, _ = self._compile_candidate(program, d)
+        if status != rec.OK:
+            return None
+        t_def: list[float] = []
+        t_new: list[float] = []
+        for _ in range(rounds):
+            a, _ = benchmark(self.tools, self.default_vmfb, self.inputs, self.cfg)
+            b, _ = benchmark(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
+            if not a or not b:
+                return None
+            t_def.append(statistics.median(a))
+            t_new.append(statistics.median(b))
+        return statistics.median(t_def), statistics.median(t_new)
+
     def _compile_candidate(self, program: Program, cand_dir: Path):
         entry = TunedEntry(self.task.task_id, self.task.task_mlir, self.task.ops, program)
         try:
@@ -165,7 +184,11 @@ class TaskMeasurer:
         return rec.OK, ""
 
     def measure(self, programs: Sequence[Program]) -> list[rec.Record]:
-        """Compile all in parallel, then validate and time one at a time."""
+        return list(self.measure_iter(programs))
+
+    def measure_iter(self, programs: Sequence[Program]) -> Iterator[rec.Record]:
+        """Compile all in parallel, then validate and time one at a time, yielding each
+        record as soon as it is known (the caller appends it at once)."""
         tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
         dirs = [tmp / f"c{i}" for i in range(len(programs))]
         for d in dirs:
@@ -173,7 +196,6 @@ class TaskMeasurer:
         with ThreadPoolExecutor(self.cfg.parallel_compiles) as pool:
             compiled = list(pool.map(self._compile_candidate, programs, dirs))
         env = rec.environment()
-        out: list[rec.Record] = []
         for prog, d, (status, err) in zip(programs, dirs, compiled):
             latency, samples = None, ()
             if status == rec.OK:
@@ -193,8 +215,7 @@ class TaskMeasurer:
                 else:
                     samples = tuple(times)
                     latency = statistics.median(times)
-            out.append(rec.Record(task_key=self.task.key, program=prog.to_json(),
-                                  program_key=prog.key, status=status, latency_s=latency,
-                                  samples_s=samples, error=err, target=self.cfg.target, env=env))
+            yield rec.Record(task_key=self.task.key, program=prog.to_json(), program_key=prog.key,
+                             status=status, latency_s=latency, samples_s=samples, error=err,
+                             target=self.cfg.target, env=env)
         shutil.rmtree(tmp, ignore_errors=True)
-        return out

@@ -88,7 +88,7 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
             stalled += 1  # the space of this task is exhausted
             continue
         stalled = 0
-        for r in measurers[task.key].measure(progs):
+        for r in measurers[task.key].measure_iter(progs):
             store.append(r)
             measured[task.key].add(r.program_key)
             records.append(r)
