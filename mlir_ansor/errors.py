@@ -15,7 +15,3 @@ class UnsupportedDispatch(AnsorError):
 
 class CompileError(AnsorError):
     """iree-compile failed on a module we produced."""
-
-
-class RecordsError(AnsorError):
-    """A tuning records file cannot be used."""

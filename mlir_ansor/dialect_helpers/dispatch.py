@@ -1,11 +1,11 @@
-"""Turn IREE dispatch functions into standalone tensor functions (one per task).
+"""IREE dispatches as tasks: a runnable module per dispatch, and its linalg body as a
+plain tensor function.
 
-IREE's executable sources hold each dispatch as a `func.func` with no arguments that
-reads `hal.interface.binding.subspan` bindings through `iree_tensor_ext.dispatch.tensor.load`
-and writes them with `...tensor.store`. For tuning we need the same linalg ops as a plain
-`func.func @main(tensors...) -> tensors` that IREE will form into the same dispatch again:
-loads become arguments, stores become results, large constants become arguments (so the
-task carries no weight blobs and gets random inputs).
+A dispatch function reads its operands through `iree_tensor_ext.dispatch.tensor.load`
+(from function arguments at flow level, from bindings later) and writes results with
+`...tensor.store`. Its tensor-function form (`func.func @main(tensors) -> tensors`: loads
+become arguments, stores results, large constants arguments) is what the analysis reads
+and what the exported library's matcher compares against a payload.
 """
 from __future__ import annotations
 
@@ -50,15 +50,6 @@ def _is_hoistable_constant(op: ir.Operation) -> bool:
     if isinstance(value, ir.DenseElementsAttr):
         return not value.is_splat
     return True  # dense_resource and friends: a blob we do not carry along
-
-
-def dispatch_funcs(module: ir.Module) -> list[ir.Operation]:
-    """The dispatch `func.func`s inside the `hal.executable`s of executable sources."""
-    funcs = []
-    for exe in _walk_ops(module.operation, "hal.executable"):
-        for f in _walk_ops(exe, "func.func"):
-            funcs.append(f)
-    return funcs
 
 
 @dataclass(frozen=True)
