@@ -115,11 +115,11 @@ def run(opts: TuneOptions) -> str:
     rows = []
     for t in tasks:
         d, b = timed.get(t.key, (defaults.get(t.key), None))
+        n = sum(1 for r in records if r.task_key == t.key)
         status = "tuned" if t.task_id in tuned_ids else (t.skip_reason or "default kept")
         if t.tunable and t.key not in timed:
-            status = "no valid program"
+            status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
-        n = sum(1 for r in records if r.task_key == t.key)
         rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, _fmt_ms(d),
                      _fmt_ms(b), speed, status[:40]])
     task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "default ms",
@@ -129,8 +129,9 @@ def run(opts: TuneOptions) -> str:
                          _fmt_ms(e2e.tuned_s)],
                         ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x", "1.00x",
                          f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
+    same = "" if library else " (no strategy beat IREE's default: tuned = default module)"
     report = (f"Per task ({opts.target}):\n{task_table}\n\nEnd to end (model {opts.model}, "
-              f"outputs match torch, max abs error {e2e.max_error:.2e}):\n{e2e_table}\n\n"
+              f"outputs match torch, max abs error {e2e.max_error:.2e}){same}:\n{e2e_table}\n\n"
               f"Artifacts in {out}: records.jsonl, model.mlir, "
               f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json")
     (out / "report.txt").write_text(report + "\n")

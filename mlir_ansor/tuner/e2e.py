@@ -87,9 +87,12 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     t_torch, t_def, t_tuned = [], [], []
     for _ in range(rounds):  # interleaved: machine noise hits all three alike
         d, _ = benchmark(tools, default_vmfb, in_paths, cfg)
-        t, _ = benchmark(tools, tuned_vmfb, in_paths, cfg)
         t_def.append(statistics.median(d))
-        t_tuned.append(statistics.median(t))
+        if library is not None:
+            t, _ = benchmark(tools, tuned_vmfb, in_paths, cfg)
+            t_tuned.append(statistics.median(t))
         t_torch.append(torch_time(model, inputs, cfg.repetitions * 4))
+    if library is None:
+        t_tuned = t_def  # nothing was tuned: the tuned module is the default one
     return EndToEnd(statistics.median(t_torch), statistics.median(t_def),
                     statistics.median(t_tuned), tuple(sorted(applied)), max_err)

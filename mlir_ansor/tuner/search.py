@@ -65,6 +65,11 @@ def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measu
     return out
 
 
+def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
+    mine = [r for r in records if r.task_key == task.key]
+    return len(mine) >= batch and all(r.status == "not_applied" for r in mine)
+
+
 def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
                 records: list[Record], on_record: Callable[[Task, Record], None]) -> None:
     """Spend `cfg.trials` new measurements, `cfg.batch` per task in turn."""
@@ -80,6 +85,9 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
     while spent < cfg.trials and stalled < len(tunable):
         task = tunable[i % len(tunable)]
         i += 1
+        if _never_applies(task, records, cfg.batch):
+            stalled += 1  # the library's matcher does not recognise this dispatch: stop
+            continue
         n = min(cfg.batch, cfg.trials - spent)
         progs = transferable(task, tunable, records, measured[task.key])[:n]
         seen = measured[task.key] | {p.key for p in progs}
