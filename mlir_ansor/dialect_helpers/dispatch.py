@@ -139,10 +139,14 @@ def codegen_view(configured: str) -> DispatchFunc:
         funcs = [f for f in _walk_ops(module.operation, "func.func")]
         if len(funcs) != 1:
             raise UnsupportedDispatch(f"configured executable has {len(funcs)} functions")
-        for f in funcs:
-            for key in ("translation_info",):
-                if key in f.attributes:
-                    del f.attributes[key]
+        # Drop IREE's own decisions: the view is the payload, not a configuration.
+        def strip(o: ir.Operation) -> ir.WalkResult:
+            for key in ("translation_info", "lowering_config", "compilation_info"):
+                if key in o.attributes:
+                    del o.attributes[key]
+            return ir.WalkResult.ADVANCE
+
+        funcs[0].walk(strip)
         return to_task_function(funcs[0])
 
 
