@@ -29,7 +29,7 @@ from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 @dataclass(frozen=True)
 class MeasureConfig:
     target: str = "llvm-cpu"
-    compile_timeout_s: float = 30.0
+    compile_timeout_s: float = 20.0
     run_timeout_s: float = 60.0
     compile_mem_bytes: int = 6 << 30
     repetitions: int = 5
