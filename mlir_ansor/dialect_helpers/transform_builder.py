@@ -108,11 +108,6 @@ def after_vectorize() -> list:
             transform.ApplyCanonicalizationPatternsOp]
 
 
-def unit_dims() -> list:
-    return [structured.ApplyFoldUnitExtentDimsViaReshapesPatternsOp,
-            transform.ApplyCanonicalizationPatternsOp]
-
-
 def lower_vectors(shape_casts: bool = True) -> list:
     group = [
         lambda: vector.ApplyLowerContractionPatternsOp(

@@ -132,6 +132,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         tb.cse(func)
 
         vector_ops: list[str] = []
+        r1_loops: list[ir.Value] = []
         root = plan.root
         if root is None:
             shape = plan.tile_shape(0)
@@ -169,7 +170,6 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 h[root.name], _ = tb.tile_for(h[root.name], s2)
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
             r1 = [vec[l] if l in red and red[l] > vec[l] else 0 for l in range(len(root.extents))]
-            r1_loops: list[ir.Value] = []
             if any(r1):
                 h[root.name], r1_loops = tb.tile_for(h[root.name], r1)
             vector_ops.append(root.name)
@@ -182,22 +182,16 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 # fold away) so the vectorizer emits its convolution kernel.
                 named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
                 h[root.name] = transform.structured.DecomposeOp(named).result
-        if vector_ops:
-            for n in vector_ops:
-                tb.vectorize(h[n])
-        else:
-            func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
+        for n in vector_ops:
+            tb.vectorize(h[n])
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
-        if root is not None and r1_loops and vector_ops:
+        if r1_loops:
             # Innermost first: the accumulator climbs out of every reduction loop.
             for loop_h in reversed(r1_loops):
                 tb.hoist(loop_h)
             if plan.unroll > 1:
                 tb.unroll(r1_loops[-1], plan.unroll)
-        elif not vector_ops:  # loop handles died with the func rewrite: hoist in every loop,
-            for _ in range(3):  # repeatedly, so accumulators climb out of nested loops
-                tb.hoist(tb.match_names(func, ["scf.for"]))
 
         func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
         func = tb.iree_op("transform.iree.bufferize", [func], results=1).results[0]
