@@ -150,18 +150,10 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
         ops = _tileable_ops(module.operation)
         if len(ops) != len(names_before):
             raise UnsupportedDispatch("generalization changed the number of ops")
-        results_to_index = {}
         infos = []
         for i, (op, orig_name) in enumerate(zip(ops, names_before)):
-            producers = []
-            for v in op.operands:
-                owner = v.owner
-                if isinstance(owner, ir.Operation) or hasattr(owner, "operation"):
-                    key = owner.operation if hasattr(owner, "operation") else owner
-                    for j, known in results_to_index.items():
-                        if known == key:
-                            producers.append(j)
-            results_to_index[i] = op
+            owners = [getattr(v.owner, "operation", v.owner) for v in op.operands]
+            producers = [j for j, earlier in enumerate(ops[:i]) if earlier in owners]
             short = orig_name.split(".")[-1]
             if op.name == "linalg.generic":
                 iterators, operands, n_arith = _read_generic(op)
@@ -175,5 +167,5 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                n_arith, tuple(sorted(set(producers)))))
+                                n_arith, tuple(producers)))
         return infos

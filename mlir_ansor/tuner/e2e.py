@@ -11,8 +11,8 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.errors import CompileError
-from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
-                                      compile_module, outputs_match, run_outputs)
+from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, compile_module,
+                                      median_time, outputs_match, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
 
 
@@ -85,12 +85,13 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
             raise CompileError(f"{vmfb.name} does not match torch: {bad}")
         max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
     t_torch, t_def, t_tuned = [], [], []
+    timed = [(default_vmfb, t_def)] + ([(tuned_vmfb, t_tuned)] if library is not None else [])
     for _ in range(rounds):  # interleaved: machine noise hits all three alike
-        d, _ = benchmark(tools, default_vmfb, in_paths, cfg)
-        t_def.append(statistics.median(d))
-        if library is not None:
-            t, _ = benchmark(tools, tuned_vmfb, in_paths, cfg)
-            t_tuned.append(statistics.median(t))
+        for vmfb, times in timed:
+            t = median_time(tools, vmfb, in_paths, cfg)
+            if t is None:
+                raise CompileError(f"benchmarking {vmfb.name} failed")
+            times.append(t)
         t_torch.append(torch_time(model, inputs, cfg.repetitions * 4))
     if library is None:
         t_tuned = t_def  # nothing was tuned: the tuned module is the default one

@@ -88,6 +88,13 @@ def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
     return times, ""
 
 
+def median_time(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
+                cfg: MeasureConfig) -> float | None:
+    """Median of one `benchmark` run; None if it failed."""
+    times, _ = benchmark(tools, vmfb, inputs, cfg)
+    return statistics.median(times) if times else None
+
+
 def outputs_match(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], cfg: MeasureConfig) -> str:
     """'' if they match, else a one-line reason."""
     for i, (g, r) in enumerate(zip(got, ref)):
@@ -116,7 +123,6 @@ class TaskMeasurer:
             np.save(p, a)
             self.inputs.append(p)
         self.reference: list[np.ndarray] = []
-        self.default_latency: float | None = None
 
     def prepare(self) -> None:
         """Compile with IREE's default codegen: the payload a strategy will see (the task's
@@ -142,8 +148,7 @@ class TaskMeasurer:
         self.default_vmfb = vmfb
 
     def time_default(self) -> float | None:
-        times, _ = benchmark(self.tools, self.default_vmfb, self.inputs, self.cfg)
-        return statistics.median(times) if times else None
+        return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
 
     def side_by_side(self, program: Program, rounds: int = 3) -> tuple[float, float] | None:
         """(default, tuned) medians of interleaved runs; None if the program fails now."""
@@ -156,12 +161,12 @@ class TaskMeasurer:
         t_def: list[float] = []
         t_new: list[float] = []
         for _ in range(rounds):
-            a, _ = benchmark(self.tools, self.default_vmfb, self.inputs, self.cfg)
-            b, _ = benchmark(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
-            if not a or not b:
+            a = self.time_default()
+            b = median_time(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
+            if a is None or b is None:
                 return None
-            t_def.append(statistics.median(a))
-            t_new.append(statistics.median(b))
+            t_def.append(a)
+            t_new.append(b)
         return statistics.median(t_def), statistics.median(t_new)
 
     def _compile_candidate(self, program: Program, cand_dir: Path):

@@ -33,7 +33,7 @@ class RandomPolicy:
     def propose(self, n: int, measured: set[str], max_resample: int) -> list[Program]:
         out: list[Program] = []
         seen = set(measured)
-        for i in range(n * max_resample):
+        for _ in range(n * max_resample):
             if len(out) == n:
                 break
             sk = self.task.sketches[self.rng.randrange(len(self.task.sketches))]
@@ -78,7 +78,7 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
         return
     policies = {t.key: RandomPolicy(t, cfg.seed) for t in tunable}
     measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
-    # Resume: skip the proposals already measured by replaying the policy's stream.
+    # Resume: programs already in the records are never proposed again.
     spent = 0
     i = 0
     stalled = 0

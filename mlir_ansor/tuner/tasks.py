@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from iree.compiler import ir
-
-from dataclasses import replace
 
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
