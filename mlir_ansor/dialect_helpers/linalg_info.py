@@ -23,6 +23,7 @@ class OperandInfo:
     shape: tuple[int, ...]
     map_results: tuple[tuple[tuple[int, int], ...], ...]  # per tensor dim: ((loop, coeff), ...)
     is_output: bool
+    elem_bytes: int = 4
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class OpInfo:
     operands: tuple[OperandInfo, ...]
     body_ops: int  # arithmetic ops per loop iteration
     producers: tuple[int, ...]  # indices of ops whose results this op reads
+    body_kinds: tuple[str, ...] = ()  # names of the arithmetic body ops (for features)
 
     @property
     def is_linalg(self) -> bool:
@@ -92,7 +94,14 @@ def _static_shape(t: ir.Type) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
-def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo, ...], int]:
+def _elem_bytes(t: ir.Type) -> int:
+    et = t.element_type if isinstance(t, ir.ShapedType) else t
+    width = getattr(et, "width", 32) if hasattr(et, "width") else 32
+    return max(1, width // 8)
+
+
+def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo, ...],
+                                              tuple[str, ...]]:
     maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
     iterators = tuple(str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"])
     n_inputs = len(op.operands) - len(op.results)
@@ -104,13 +113,14 @@ def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo,
             if t is None:
                 raise UnsupportedDispatch(f"non-linear indexing map {amap} in {op.name}")
             terms.append(t)
-        operands.append(OperandInfo(_static_shape(value.type), tuple(terms), i >= n_inputs))
+        operands.append(OperandInfo(_static_shape(value.type), tuple(terms), i >= n_inputs,
+                                    _elem_bytes(value.type)))
     body = op.regions[0].blocks[0]
-    n_arith = sum(
-        1 for b in body.operations
+    kinds = tuple(
+        b.operation.name for b in body.operations
         if b.operation.name.startswith(_ARITH_PREFIXES) and b.operation.name not in _FREE_OPS
     )
-    return iterators, tuple(operands), n_arith
+    return iterators, tuple(operands), kinds
 
 
 def _extents(iterators: tuple[str, ...], operands: tuple[OperandInfo, ...]) -> tuple[int, ...]:
@@ -156,16 +166,16 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             producers = [j for j, earlier in enumerate(ops[:i]) if earlier in owners]
             short = orig_name.split(".")[-1]
             if op.name == "linalg.generic":
-                iterators, operands, n_arith = _read_generic(op)
+                iterators, operands, kinds = _read_generic(op)
                 extents = _extents(iterators, operands)
             elif op.name == "tensor.pad":
                 shape = _static_shape(op.results[0].type)
                 iterators = ("parallel",) * len(shape)
                 ident = tuple(((d, 1),) for d in range(len(shape)))
-                operands = (OperandInfo(shape, ident, True),)
-                extents, n_arith = shape, 0
+                operands = (OperandInfo(shape, ident, True, _elem_bytes(op.results[0].type)),)
+                extents, kinds = shape, ()
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                n_arith, tuple(producers)))
+                                len(kinds), tuple(producers), kinds))
         return infos

@@ -21,6 +21,16 @@ class BasicBlock(nn.Module):
         return torch.relu(self.bn2(self.conv2(y)) + x)
 
 
+class ConvBnRelu(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
 class MatMul(nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
@@ -45,6 +55,12 @@ def resnet_block():
     return BasicBlock().eval(), (torch.randn(1, 64, 56, 56),)
 
 
+def resnet50_last_conv():
+    """The last 3x3 convolution of ResNet-50 (512 channels, 7x7), with its BN and ReLU."""
+    _seeded()
+    return ConvBnRelu(512).eval(), (torch.randn(1, 512, 7, 7),)
+
+
 def matmul_1024():
     _seeded()
     return MatMul().eval(), (torch.randn(1024, 1024), torch.randn(1024, 1024))
@@ -55,4 +71,5 @@ def mlp():
     return MLP().eval(), (torch.randn(128, 512),)
 
 
-EXAMPLES = {"resnet_block": resnet_block, "matmul_1024": matmul_1024, "mlp": mlp}
+EXAMPLES = {"resnet_block": resnet_block, "matmul_1024": matmul_1024, "mlp": mlp,
+            "resnet50_last_conv": resnet50_last_conv}

@@ -118,3 +118,89 @@ def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,
                     rng: random.Random) -> list[Program]:
     """`n` random programs, sketches taken in turn."""
     return [annotate(ops, sketches[i % len(sketches)], rng) for i in range(n)] if sketches else []
+
+
+def _eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
+    """Parallel loops whose outermost (workgroup) level has more than one iteration."""
+    out = []
+    for l in op.parallel_dims:
+        s = prog.split(op.name, l)
+        if s is not None and op.extents[l] // math.prod(s.lengths) > 1:
+            out.append(l)
+    return out
+
+
+def unroll_choices(op: OpInfo, prog: Program) -> list[int]:
+    """Unroll factors that divide the trip count of the innermost reduction loop."""
+    last = [prog.split(op.name, l).lengths for l in op.reduction_dims
+            if prog.split(op.name, l) is not None]
+    last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
+    trip = (last[-1][0] // (last[-1][1] if len(last[-1]) > 1 else 1)) if last else 1
+    return [f for f in UNROLL_CHOICES if trip % f == 0]
+
+
+def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
+    """Why `prog` is not a program `annotate` could have produced ([] = valid). Mutation
+    and crossover results are checked with this before they are scored or measured."""
+    sk = prog.sketch
+    base = op_by_name(ops, sk.root or sk.anchor)
+    errs: list[str] = []
+    levels = 3 if sk.root else 1
+    unit_rows = window_rows(base) if sk.root else set()
+    window = window_loops(base)
+    for l in base.parallel_dims:
+        s = prog.split(base.name, l)
+        if s is None or len(s.lengths) != levels:
+            errs.append(f"loop {l}: needs {levels} split levels")
+            continue
+        if base.extents[l] % math.prod(s.lengths):
+            errs.append(f"loop {l}: {s.lengths} does not divide {base.extents[l]}")
+        limit = 1 if l in unit_rows else _inner_limit(base, l)
+        if s.lengths[-1] > limit:
+            errs.append(f"loop {l}: innermost tile {s.lengths[-1]} > {limit}")
+    if errs:
+        return errs
+    if sk.root:
+        inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
+        if math.prod(s[-1] for s in inner) > MAX_REGISTER_TILE:
+            errs.append("register tile too large")
+        if (sk.fuse_consumer or sk.cache_write) and \
+                math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
+            errs.append("local tile too large")
+        for l in base.reduction_dims:
+            s = prog.split(base.name, l)
+            want = 1 if window is None or l in window else 2
+            if s is None or len(s.lengths) != want:
+                errs.append(f"reduction loop {l}: needs {want} split levels")
+            elif base.extents[l] % s.lengths[0]:
+                errs.append(f"reduction loop {l}: {s.lengths[0]} does not divide extent")
+            elif want == 2 and (s.lengths[0] % s.lengths[1] or s.lengths[1] > MAX_OTHER_INNER):
+                errs.append(f"reduction loop {l}: bad vector length {s.lengths[1]}")
+        u = prog.find(UnrollStep, base.name)
+        if u is None or u.factor not in unroll_choices(base, prog):
+            errs.append("unroll factor does not divide the reduction trip count")
+    par = prog.find(ParallelStep, base.name)
+    eligible = _eligible_parallel(base, prog)
+    if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
+            any(l not in eligible for l in par.loops):
+        errs.append("parallel loops must have an outer extent > 1 (at most 3)")
+    return errs
+
+
+def repair(ops: Sequence[OpInfo], prog: Program) -> Program:
+    """Re-derive the steps that depend on the tile sizes after an edit: the parallel loops
+    (same granularity where possible) and the unroll factor (largest valid one not above
+    the old factor)."""
+    sk = prog.sketch
+    base = op_by_name(ops, sk.root or sk.anchor)
+    eligible = _eligible_parallel(base, prog)
+    steps = []
+    for s in prog.steps:
+        if isinstance(s, ParallelStep) and s.op == base.name:
+            k = min(max(len(s.loops), 1), len(eligible), MAX_WORKGROUP_DIMS)
+            s = ParallelStep(s.op, tuple(eligible[:k]))
+        elif isinstance(s, UnrollStep) and s.op == base.name:
+            ok = [f for f in unroll_choices(base, prog) if f <= s.factor]
+            s = UnrollStep(s.op, max(ok) if ok else 1)
+        steps.append(s)
+    return Program(prog.sketch, tuple(steps))

@@ -1,13 +1,11 @@
-"""Search, first version: random programs from the sketches, round robin over tasks.
-
-The cost model, evolutionary search and gradient scheduler plug in here later: a policy
-proposes a batch for a task, the measurer measures it, records are appended at once.
-"""
+"""Search over tasks: a policy proposes a batch for a task, the measurer measures it,
+records are appended at once. Policies: random sampling (here) and evolutionary search
+guided by the cost model (`evolution.py`)."""
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.program import Program
@@ -20,17 +18,27 @@ class SearchConfig:
     trials: int = 40  # measurements in total, over all tasks
     batch: int = 4  # programs measured per task per round
     seed: int = 0
-    max_resample: int = 50  # tries to find a program not measured yet
+
+
+class Policy(Protocol):
+    def propose(self, n: int, measured: set[str], records: Sequence[Record]) -> list[Program]:
+        """`n` programs of the policy's task not in `measured`, given all records so far."""
+        ...
+
+
+PolicyFactory = Callable[[Task, int], Policy]  # (task, seed) -> policy
 
 
 class RandomPolicy:
     """Propose unmeasured random programs of a task, deterministic for a seed."""
 
-    def __init__(self, task: Task, seed: int):
+    def __init__(self, task: Task, seed: int, max_resample: int = 50):
         self.task = task
         self.rng = random.Random(f"{seed}:{task.key}")
+        self.max_resample = max_resample
 
-    def propose(self, n: int, measured: set[str], max_resample: int) -> list[Program]:
+    def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
+        max_resample = self.max_resample
         out: list[Program] = []
         seen = set(measured)
         for _ in range(n * max_resample):
@@ -71,12 +79,13 @@ def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
 
 
 def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
-                records: list[Record], on_record: Callable[[Task, Record], None]) -> None:
+                records: list[Record], on_record: Callable[[Task, Record], None],
+                policy: PolicyFactory = RandomPolicy) -> None:
     """Spend `cfg.trials` new measurements, `cfg.batch` per task in turn."""
     tunable = [t for t in tasks if t.tunable]
     if not tunable:
         return
-    policies = {t.key: RandomPolicy(t, cfg.seed) for t in tunable}
+    policies = {t.key: policy(t, cfg.seed) for t in tunable}
     measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
     # Resume: programs already in the records are never proposed again.
     spent = 0
@@ -91,7 +100,7 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
         n = min(cfg.batch, cfg.trials - spent)
         progs = transferable(task, tunable, records, measured[task.key])[:n]
         seen = measured[task.key] | {p.key for p in progs}
-        progs += policies[task.key].propose(n - len(progs), seen, cfg.max_resample)
+        progs += policies[task.key].propose(n - len(progs), seen, records)
         if not progs:
             stalled += 1  # the space of this task is exhausted
             continue

@@ -1,0 +1,138 @@
+"""Edits of a Program for the evolutionary search (paper §5.1): mutations and crossover.
+
+Every edit replaces whole steps (the genes) and keeps the step order, so identical programs
+keep identical keys; derived steps are re-derived (`repair`) and the child is checked
+(`violations`). An edit that cannot produce a valid child returns None.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable, Sequence
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, _eligible_parallel,
+                                                 op_by_name, repair, unroll_choices,
+                                                 violations)
+from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out
+
+
+def _replace(prog: Program, old: Step, new: Step) -> Program:
+    return Program(prog.sketch, tuple(new if s is old else s for s in prog.steps))
+
+
+def _base(ops: Sequence[OpInfo], prog: Program) -> OpInfo:
+    return op_by_name(ops, prog.sketch.root or prog.sketch.anchor)
+
+
+def _checked(ops: Sequence[OpInfo], prog: Program) -> Program | None:
+    prog = repair(ops, prog)
+    return None if violations(ops, prog) else prog
+
+
+def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+    """Move one prime factor of a split loop from one level to another (the outermost,
+    implicit level = extent / product of the lengths, included)."""
+    base = _base(ops, prog)
+    splits = [s for s in prog.steps if isinstance(s, SplitStep) and s.op == base.name]
+    if not splits:
+        return None
+    step = rng.choice(splits)
+    levels = [base.extents[step.loop] // math.prod(step.lengths), *step.lengths]
+    src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
+    if levels[src] == 1:
+        return None
+    p = rng.choice(_prime_factors(levels[src]))
+    dst = rng.choice([i for i in range(len(levels)) if i != src])
+    levels[src] //= p
+    levels[dst] *= p
+    return _checked(ops, _replace(prog, step, SplitStep(step.op, step.loop, tuple(levels[1:]))))
+
+
+def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+    """Change how many outer loops are distributed over workgroups (parallel granularity)."""
+    base = _base(ops, prog)
+    par = prog.find(ParallelStep, base.name)
+    eligible = _eligible_parallel(base, prog)
+    choices = [k for k in range(1, min(len(eligible), MAX_WORKGROUP_DIMS) + 1)
+               if par is None or k != len(par.loops)]
+    if par is None or not choices:
+        return None
+    new = ParallelStep(par.op, tuple(eligible[:rng.choice(choices)]))
+    prog = _replace(prog, par, new)
+    return None if violations(ops, prog) else prog
+
+
+def mutate_unroll(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+    base = _base(ops, prog)
+    u = prog.find(UnrollStep, base.name)
+    choices = [f for f in unroll_choices(base, prog) if u is not None and f != u.factor]
+    if not choices:
+        return None
+    prog = _replace(prog, u, UnrollStep(u.op, rng.choice(choices)))
+    return None if violations(ops, prog) else prog
+
+
+Mutation = Callable[[Sequence[OpInfo], Program, random.Random], "Program | None"]
+# Ansor's weights (TVM: tile size 0.90, unroll 0.04, compute location 0.05, parallel 0.01).
+# Our sketches have no flexible compute-location node yet, so its share goes to tile size.
+MUTATIONS: dict[str, tuple[Mutation, float]] = {
+    "tile_size": (mutate_tile_size, 0.95),
+    "unroll": (mutate_unroll, 0.04),
+    "parallel": (mutate_parallel, 0.01),
+}
+
+
+def mutate(ops: Sequence[OpInfo], prog: Program, rng: random.Random,
+           tries: int = 8) -> Program | None:
+    """One random mutation (by the weights above) that yields a valid, different program."""
+    names = list(MUTATIONS)
+    weights = [MUTATIONS[n][1] for n in names]
+    for _ in range(tries):
+        fn = MUTATIONS[rng.choices(names, weights)[0]][0]
+        child = fn(ops, prog, rng)
+        if child is not None and child.key != prog.key:
+            return child
+    return None
+
+
+def _genes(prog: Program) -> dict[tuple, Step]:
+    """Steps by what they decide: (op, kind, loop)."""
+    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in prog.steps}
+
+
+def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
+              tries: int = 8) -> Program | None:
+    """Node-based crossover: for each DAG node (op) with steps, take all of that node's steps
+    from one parent. When only one node carries steps (our multi-level tiled root), the
+    node's own decisions are crossed per loop instead: each loop's split from either parent.
+    The child keeps parent `a`'s step order and must be valid."""
+    if a.sketch != b.sketch:
+        return None
+    ga, gb = _genes(a), _genes(b)
+    if set(ga) != set(gb):
+        return None
+    nodes = sorted({k[0] for k in ga})
+    for _ in range(tries):
+        if len(nodes) > 1:
+            pick = {n: rng.random() < 0.5 for n in nodes}
+            take_b = {k for k in ga if pick[k[0]]}
+        else:
+            take_b = {k for k in ga if rng.random() < 0.5}
+        steps = tuple(gb[k] if k in take_b else ga[k] for k in ga)
+        child = _checked(ops, Program(a.sketch, steps))
+        if child is not None and child.key not in (a.key, b.key):
+            return child
+    return None

@@ -1,0 +1,104 @@
+"""Evolutionary search guided by the cost model (paper §5.1).
+
+Each round: retrain the model on the task's records; start a population from the best
+measured programs plus fresh random samples; for a few generations pick parents with
+probability proportional to predicted fitness and make children by mutation or crossover
+(each child checked valid); keep the best-predicted unmeasured programs seen. The batch to
+measure is the top of that list plus an ε share of fresh random programs; nothing already
+measured is proposed again.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.mutations import crossover, mutate
+from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.tuner.cost_model import CostModel, CostModelConfig
+from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.tasks import Task
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    population: int = 1024
+    generations: int = 4
+    mutation_prob: float = 0.85  # a child is a mutant of one parent with this probability,
+    crossover_prob: float = 0.10  # a crossover of two with this one, else a copy
+    eps_greedy: float = 0.05  # share of each measured batch that is fresh random programs
+    init_measured_ratio: float = 0.2  # share of the first population taken from the best measured
+    model: CostModelConfig = CostModelConfig()
+
+
+class EvolutionPolicy:
+    """Propose programs of one task by evolutionary search on the cost model."""
+
+    def __init__(self, task: Task, seed: int, cfg: EvolutionConfig = EvolutionConfig()):
+        self.task = task
+        self.cfg = cfg
+        self.rng = random.Random(f"{seed}:{task.key}:evo")
+        self.model = CostModel(task.ops, CostModelConfig(**{**cfg.model.__dict__, "seed": seed}))
+
+    def _random(self, n: int, exclude: set[str]) -> list[Program]:
+        out: list[Program] = []
+        seen = set(exclude)
+        sketches = self.task.sketches
+        for _ in range(n * 4):
+            if len(out) == n:
+                break
+            p = annotate(self.task.ops, sketches[self.rng.randrange(len(sketches))], self.rng)
+            if p.key not in seen and not violations(self.task.ops, p):
+                seen.add(p.key)
+                out.append(p)
+        return out
+
+    def _select(self, pop: Sequence[Program], scores: np.ndarray, k: int) -> list[int]:
+        w = np.maximum(scores, 0) + 1e-6
+        return self.rng.choices(range(len(pop)), weights=w.tolist(), k=k)
+
+    def evolve(self, mine: Sequence[Record], measured: set[str], n: int) -> list[Program]:
+        """The `n` unmeasured programs with the best predicted score after evolution."""
+        cfg, ops = self.cfg, self.task.ops
+        ok = sorted((r for r in mine if r.ok), key=lambda r: r.latency_s)
+        n_best = min(len(ok), int(cfg.population * cfg.init_measured_ratio))
+        pop = [r.to_program() for r in ok[:n_best]]
+        pop = [p for p in pop if p.sketch in self.task.sketches]
+        pop += self._random(cfg.population - len(pop), {p.key for p in pop})
+        best: dict[str, tuple[float, Program]] = {}
+        for gen in range(cfg.generations + 1):
+            scores = self.model.predict(pop)
+            for p, s in zip(pop, scores):
+                if p.key not in measured:
+                    best[p.key] = (float(s), p)
+            if gen == cfg.generations:
+                break
+            children: list[Program] = []
+            parents = self._select(pop, scores, 2 * cfg.population)
+            for i in range(cfg.population):
+                a = pop[parents[2 * i]]
+                r = self.rng.random()
+                child = None
+                if r < cfg.crossover_prob:
+                    b = pop[parents[2 * i + 1]]
+                    child = crossover(ops, a, b, self.rng)
+                elif r < cfg.crossover_prob + cfg.mutation_prob:
+                    child = mutate(ops, a, self.rng)
+                children.append(child or a)
+            pop = children
+        ranked = sorted(best.values(), key=lambda t: -t[0])
+        return [p for _, p in ranked[:n]]
+
+    def propose(self, n: int, measured: set[str], records: Sequence[Record]) -> list[Program]:
+        mine = [r for r in records if r.task_key == self.task.key]
+        self.model.fit_records(mine)
+        if not self.model.trained:
+            return self._random(n, measured)  # too little data: Ansor samples randomly
+        n_rand = min(n, math.ceil(n * self.cfg.eps_greedy)) if n > 1 else 0
+        out = self.evolve(mine, measured, n - n_rand)
+        out += self._random(n - len(out), measured | {p.key for p in out})
+        return out

@@ -1,0 +1,266 @@
+"""Features of a program for the cost model (paper §5.2), derived exactly from the Program.
+
+The emitter is a pure function of (ops, program), so the loop nest each statement ends up in
+is known without compiling: the tile of every loop at every level follows from the steps.
+Deriving features here is exact for our strategies and fast (the evolutionary search scores
+thousands of programs per round); applying the strategy with the transform interpreter
+would cost ~0.5 s a program.
+
+One row per statement (each tileable op of the task); a program's score is the sum of its
+rows' predictions. The columns (`FEATURE_NAMES`), all log2(1 + x) unless marked:
+
+- role (one-hot, raw): root of multi-level tiling / fused consumer / plain anchor / other
+- sketch (raw 0/1): fuse_consumer, cache_write, rfactor; number of inlined ops
+- arithmetic: total flops of the statement; per-iteration count of add/sub, mul, fma, div,
+  math functions (exp, tanh, ...), compare/select/min/max, casts
+- loop nest: trip count of each level (workgroups S0, S1, R0, S2, R1, register tile S3,
+  inner vector reduction), vector lanes (innermost tile of the contiguous output dim),
+  register tile elements, unroll factor, unrolled body size
+- parallelism: number of workgroups, workgroups per thread rounded up / exact (raw ratio:
+  load imbalance), iterations per workgroup
+- per buffer (up to 4: inputs in order, output last): unique bytes touched at the register,
+  R1, S2, S1 and workgroup levels; reuse (iterations / unique elements) at the register and
+  S2 levels; stride of the vectorized loop; cache lines per register tile; total bytes
+- allocation: bytes of the local accumulator tile (cache write / fused consumer), register
+  accumulator bytes
+- arithmetic intensity (flops per unique byte) at the register, R1, S2 and workgroup levels
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
+from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, UnrollStep
+
+CACHE_LINE = 64
+MAX_BUFFERS = 4
+LEVELS = ("reg", "r1", "s2", "s1", "wg")
+
+_KINDS = {
+    "addsub": ("arith.addf", "arith.subf", "arith.addi", "arith.subi"),
+    "mul": ("arith.mulf", "arith.muli"),
+    "fma": ("math.fma",),
+    "div": ("arith.divf", "arith.divsi", "arith.divui", "arith.remf"),
+    "cmp": ("arith.cmpf", "arith.cmpi", "arith.select", "arith.maximumf", "arith.minimumf",
+            "arith.maxnumf", "arith.minnumf"),
+    "cast": ("arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.bitcast"),
+}
+
+
+def _names() -> list[str]:
+    names = ["role_root", "role_consumer", "role_plain", "role_other",
+             "sk_fuse_consumer", "sk_cache_write", "sk_rfactor", "sk_inlined", "flops"]
+    names += [f"ops_{k}" for k in _KINDS] + ["ops_math"]
+    names += [f"trip_{l}" for l in ("s0", "s1", "r0", "s2", "r1", "s3", "rv")]
+    names += ["lanes", "reg_tile", "unroll", "unrolled_body", "workgroups", "wg_imbalance",
+              "iters_per_wg"]
+    for b in range(MAX_BUFFERS):
+        names += [f"b{b}_bytes_{l}" for l in LEVELS]
+        names += [f"b{b}_reuse_reg", f"b{b}_reuse_s2", f"b{b}_stride", f"b{b}_lines_reg",
+                  f"b{b}_total_bytes"]
+    names += ["alloc_local_bytes", "alloc_acc_bytes"]
+    names += [f"intensity_{l}" for l in ("reg", "r1", "s2", "wg")]
+    return names
+
+
+FEATURE_NAMES: tuple[str, ...] = tuple(_names())
+_INDEX = {n: i for i, n in enumerate(FEATURE_NAMES)}
+
+
+def _span(terms: tuple[tuple[int, int], ...], tile: dict[int, int]) -> int:
+    """Elements one tensor dim covers when each loop d runs over tile[d] values."""
+    return sum((tile.get(d, 1) - 1) * abs(c) for d, c in terms) + 1
+
+
+def _footprint(o: OperandInfo, tile: dict[int, int]) -> int:
+    fp = 1
+    for size, terms in zip(o.shape, o.map_results):
+        fp *= min(size, _span(terms, tile)) if size else 1
+    return fp
+
+
+def _lines(o: OperandInfo, tile: dict[int, int]) -> int:
+    if not o.shape:
+        return 1
+    outer = math.prod(min(s, _span(t, tile)) for s, t in zip(o.shape[:-1], o.map_results[:-1]))
+    last = min(o.shape[-1], _span(o.map_results[-1], tile))
+    return outer * math.ceil(last * o.elem_bytes / CACHE_LINE)
+
+
+def _stride(o: OperandInfo, loop: int | None) -> int:
+    """Elements between consecutive iterations of `loop` in this buffer (0: invariant)."""
+    if loop is None:
+        return 0
+    stride, inner = 0, 1
+    for size, terms in reversed(list(zip(o.shape, o.map_results))):
+        stride += sum(c for d, c in terms if d == loop) * inner
+        inner *= size
+    return abs(stride)
+
+
+class _Nest:
+    """Trip counts and per-level tiles of one statement's loops."""
+
+    def __init__(self, n_loops: int):
+        self.trip = {k: 1 for k in ("s0", "s1", "r0", "s2", "r1", "s3", "rv")}
+        self.tiles: dict[str, dict[int, int]] = {l: {} for l in LEVELS}
+        self.lanes = 1
+        self.vector_loop: int | None = None
+        self.n_loops = n_loops
+
+
+def _root_nest(op: OpInfo, program: Program) -> _Nest:
+    nest = _Nest(len(op.extents))
+    par = program.find(ParallelStep, op.name)
+    distributed = set(par.loops) if par else set()
+    last_out = len(op.output.shape) - 1
+    for l, ext in enumerate(op.extents):
+        step = program.split(op.name, l)
+        lengths = step.lengths if step else ()
+        if op.iterators[l] == "parallel":
+            a, b, c = (tuple(1 for _ in range(3 - len(lengths))) + tuple(lengths))[-3:]
+            wg_tile = a * b * c if l in distributed else ext
+            nest.trip["s0"] *= ext // wg_tile
+            nest.trip["s1"] *= wg_tile // (b * c)
+            nest.trip["s2"] *= b
+            nest.trip["s3"] *= c
+            for lvl, t in zip(LEVELS, (c, c, b * c, b * c, wg_tile)):
+                nest.tiles[lvl][l] = t
+            if op.output_dim_of_loop(l) == last_out:
+                nest.lanes, nest.vector_loop = c, l
+        else:
+            r1 = lengths[0] if lengths else ext
+            v = lengths[1] if len(lengths) > 1 else 1
+            nest.trip["r0"] *= ext // r1
+            nest.trip["r1"] *= r1 // v
+            nest.trip["rv"] *= v
+            for lvl, t in zip(LEVELS, (v, r1, r1, ext, ext)):
+                nest.tiles[lvl][l] = t
+    return nest
+
+
+def _row_nest(op: OpInfo, wg_tile: dict[int, int]) -> _Nest:
+    """An op tiled by the workgroup tile, then to rows of its last loop (elementwise path)."""
+    nest = _Nest(len(op.extents))
+    last = len(op.extents) - 1
+    for l, ext in enumerate(op.extents):
+        t = wg_tile.get(l, ext)
+        nest.trip["s0"] *= ext // t
+        if l == last:
+            lanes = max(d for d in range(1, min(t, 64) + 1) if t % d == 0)
+            nest.trip["s1"] *= t // lanes
+            nest.trip["s3"] *= lanes
+            nest.lanes, nest.vector_loop = lanes, l
+            reg = lanes
+        else:
+            nest.trip["s1"] *= t
+            reg = 1
+        for lvl in LEVELS:
+            nest.tiles[lvl][l] = t if lvl == "wg" else (t if lvl == "s1" else reg)
+    return nest
+
+
+def _output_tile(op: OpInfo, dim_tile: dict[int, int]) -> dict[int, int]:
+    """Loop tile of `op` from a tile given per output dim."""
+    out = {}
+    for l, ext in enumerate(op.extents):
+        p = op.output_dim_of_loop(l)
+        out[l] = dim_tile.get(p, ext) if p is not None else ext
+    return out
+
+
+def _anchor_wg_tile(ops: Sequence[OpInfo], program: Program) -> dict[int, int]:
+    """The workgroup tile per output dim (shared by every op of the dispatch)."""
+    sk = program.sketch
+    base = op_by_name(ops, sk.root or sk.anchor)
+    par = program.find(ParallelStep, base.name)
+    distributed = set(par.loops) if par else set()
+    tile = {}
+    for l in base.parallel_dims:
+        p = base.output_dim_of_loop(l)
+        step = program.split(base.name, l)
+        if p is not None:
+            tile[p] = math.prod(step.lengths) if (step and l in distributed) else base.extents[l]
+    return tile
+
+
+def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> np.ndarray:
+    f = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
+
+    def put(name: str, value: float, raw: bool = False) -> None:
+        f[_INDEX[name]] = value if raw else math.log2(1 + max(value, 0))
+
+    sk = program.sketch
+    put(f"role_{role}", 1, raw=True)
+    put("sk_fuse_consumer", sk.fuse_consumer, raw=True)
+    put("sk_cache_write", sk.cache_write, raw=True)
+    put("sk_rfactor", sk.rfactor, raw=True)
+    put("sk_inlined", len(sk.inlined), raw=True)
+    iters = math.prod(op.extents)
+    put("flops", op.flops)
+    known = set()
+    for k, names in _KINDS.items():
+        n = sum(1 for b in op.body_kinds if b in names)
+        known.update(names)
+        put(f"ops_{k}", n)
+    put("ops_math", sum(1 for b in op.body_kinds if b.startswith("math.") and b not in known))
+    for k, v in nest.trip.items():
+        put(f"trip_{k}", v)
+    reg_tile = nest.trip["s3"]
+    unroll = program.find(UnrollStep, op.name)
+    u = unroll.factor if unroll else 1
+    put("lanes", nest.lanes)
+    put("reg_tile", reg_tile)
+    put("unroll", u)
+    put("unrolled_body", u * reg_tile * nest.trip["rv"] * max(op.body_ops, 1))
+    wgs = nest.trip["s0"]
+    put("workgroups", wgs)
+    put("wg_imbalance", math.ceil(wgs / threads) * threads / wgs, raw=True)
+    put("iters_per_wg", iters / wgs)
+    level_iters = {lvl: math.prod(nest.tiles[lvl].get(l, 1) for l in range(nest.n_loops))
+                   for lvl in LEVELS}
+    buffers = [o for o in op.operands if not o.is_output][:MAX_BUFFERS - 1] + [op.output]
+    unique = {lvl: 0 for lvl in LEVELS}
+    for b, o in enumerate(buffers):
+        slot = b if b < len(buffers) - 1 else MAX_BUFFERS - 1
+        for lvl in LEVELS:
+            fp = _footprint(o, nest.tiles[lvl])
+            unique[lvl] += fp * o.elem_bytes
+            put(f"b{slot}_bytes_{lvl}", fp * o.elem_bytes)
+        put(f"b{slot}_reuse_reg", level_iters["reg"] / _footprint(o, nest.tiles["reg"]))
+        put(f"b{slot}_reuse_s2", level_iters["s2"] / _footprint(o, nest.tiles["s2"]))
+        put(f"b{slot}_stride", _stride(o, nest.vector_loop))
+        put(f"b{slot}_lines_reg", _lines(o, nest.tiles["reg"]))
+        put(f"b{slot}_total_bytes", math.prod(o.shape) * o.elem_bytes if o.shape else 0)
+    if role == "root" and (sk.cache_write or sk.fuse_consumer):
+        put("alloc_local_bytes", _footprint(op.output, nest.tiles["s1"]) * op.output.elem_bytes)
+    if role == "root":
+        put("alloc_acc_bytes", reg_tile * op.output.elem_bytes)
+    body = max(op.body_ops, 1) if op.is_linalg else 0
+    for lvl in ("reg", "r1", "s2", "wg"):
+        put(f"intensity_{lvl}", level_iters[lvl] * body / max(unique[lvl], 1))
+    return f
+
+
+def program_features(ops: Sequence[OpInfo], program: Program, threads: int = 2) -> np.ndarray:
+    """(statements x features) matrix of one program."""
+    sk = program.sketch
+    wg = _anchor_wg_tile(ops, program)
+    rows = []
+    for op in ops:
+        if sk.root and op.name == sk.root:
+            rows.append(_row(op, _root_nest(op, program), program, "root", threads))
+            continue
+        nest = _row_nest(op, _output_tile(op, wg))
+        if not sk.root and op.name == sk.anchor:
+            role = "plain"
+        elif sk.fuse_consumer and op.name == sk.anchor:
+            role = "consumer"
+        else:
+            role = "other"
+        rows.append(_row(op, nest, program, role, threads))
+    return np.stack(rows)

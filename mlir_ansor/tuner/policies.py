@@ -1,0 +1,5 @@
+"""Search policies by name (the CLI and the benchmarks choose one)."""
+from mlir_ansor.tuner.evolution import EvolutionPolicy
+from mlir_ansor.tuner.search import PolicyFactory, RandomPolicy
+
+POLICIES: dict[str, PolicyFactory] = {"random": RandomPolicy, "evolution": EvolutionPolicy}

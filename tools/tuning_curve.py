@@ -1,0 +1,132 @@
+"""Tuning curves: best GFLOP/s against the number of measurements, per search policy.
+
+Workloads: the 1024^3 f32 matmul and the last 3x3 convolution of ResNet-50. Each
+(workload, policy) keeps its own records file under --out, so a run resumes and the
+curves of earlier runs are reused. `--report` prints the table of all runs found and
+writes curves.png.
+
+  python tools/tuning_curve.py --workload matmul --policy random --trials 1000
+  python tools/tuning_curve.py --workload matmul --policy evolution --trials 300
+  python tools/tuning_curve.py --report
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mlir_ansor.examples import matmul_1024, resnet50_last_conv
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
+from mlir_ansor.tuner.records import Record, RecordStore
+from mlir_ansor.tuner.search import SearchConfig, round_robin
+from mlir_ansor.tuner.policies import POLICIES
+from mlir_ansor.tuner.tasks import Task, extract_tasks, flow_source
+from mlir_ansor.tuner.toolchain import Toolchain
+
+WORKLOADS = {"matmul": matmul_1024, "conv": resnet50_last_conv}
+CHECKPOINTS = (10, 25, 50, 100, 200, 300, 500, 1000)
+
+
+def prepare(workload: str, out: Path, tools: Toolchain, cfg: MeasureConfig,
+            seed: int = 0) -> TaskMeasurer:
+    """The measurer of the workload's main (most FLOPs) task, prepared."""
+    model, inputs = WORKLOADS[workload]()
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / "model.mlir"
+    if not src.exists():
+        src.write_text(import_model(model, inputs))
+    tasks = [t for t in extract_tasks(flow_source(src, cfg.target, tools, 300)) if t.tunable]
+    task = max(tasks, key=lambda t: t.flops)
+    m = TaskMeasurer(task, out / "tasks", tools, cfg, seed=seed)
+    m.prepare()
+    return m
+
+
+def curve(records: list[Record], flops: int) -> list[float]:
+    """Best GFLOP/s after each measurement (0 until the first valid one)."""
+    best, out = 0.0, []
+    for r in records:
+        if r.ok:
+            best = max(best, flops / r.latency_s / 1e9)
+        out.append(best)
+    return out
+
+
+def report(root: Path) -> None:
+    rows = []
+    curves = {}
+    for d in sorted(p for p in root.glob("*/*") if (p / "records.jsonl").exists()):
+        workload, policy = d.parent.name, d.name
+        flops = int((d.parent / "flops.txt").read_text())
+        recs = RecordStore(d / "records.jsonl").load()
+        c = curve(recs, flops)
+        curves[(workload, policy)] = c
+        valid = sum(r.ok for r in recs)
+        rows.append((workload, policy, len(recs), valid,
+                     [f"{c[n - 1]:.1f}" if len(c) >= n else "-" for n in CHECKPOINTS]))
+    print(f"{'workload':9s} {'policy':10s} {'trials':>6s} {'valid':>6s}  best GFLOP/s after n: "
+          + " ".join(f"{n:>6d}" for n in CHECKPOINTS))
+    for w, p, n, v, cells in rows:
+        print(f"{w:9s} {p:10s} {n:6d} {v:6d}  {'':21s}" + " ".join(f"{x:>6s}" for x in cells))
+    for w in sorted({k[0] for k in curves}):
+        ref = curves.get((w, "random"))
+        evo = curves.get((w, "evolution"))
+        if ref and evo and len(ref) >= 1:
+            target = ref[min(len(ref), 1000) - 1]
+            hit = next((i + 1 for i, x in enumerate(evo) if x >= target), None)
+            print(f"{w}: random's best after {min(len(ref), 1000)} = {target:.1f} GFLOP/s; "
+                  f"evolution reaches it after {hit if hit else 'not within'} "
+                  f"{'' if hit else len(evo)} measurements")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted({k[0] for k in curves})
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
+    for ax, w in zip(axes[0], names):
+        for (ww, p), c in sorted(curves.items()):
+            if ww == w:
+                ax.plot(range(1, len(c) + 1), c, label=p)
+        ax.set_title(w)
+        ax.set_xlabel("measurements")
+        ax.set_ylabel("best GFLOP/s")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(root / "curves.png", dpi=100)
+    print(f"plot: {root / 'curves.png'}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS))
+    ap.add_argument("--policy", choices=sorted(POLICIES), default="random")
+    ap.add_argument("--trials", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bench_out/curves"))
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args()
+    if args.report:
+        report(args.out)
+        return 0
+    if not args.workload:
+        ap.error("--workload is required unless --report")
+    tools, cfg = Toolchain.find(), MeasureConfig()
+    wdir = args.out / args.workload
+    m = prepare(args.workload, wdir, tools, cfg, args.seed)
+    (wdir / "flops.txt").write_text(str(m.task.flops))
+    store = RecordStore(wdir / args.policy / "records.jsonl")
+    records = store.load()
+    left = max(0, args.trials - len(records))
+    round_robin([m.task], {m.task.key: m}, store,
+                SearchConfig(trials=left, batch=args.batch, seed=args.seed), records,
+                lambda t, r: print(f"\r{len(records)} trials", end="", flush=True),
+                POLICIES[args.policy])
+    print()
+    report(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
