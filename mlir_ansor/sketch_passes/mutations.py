@@ -131,8 +131,9 @@ def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
             take_b = {k for k in ga if pick[k[0]]}
         else:
             take_b = {k for k in ga if rng.random() < 0.5}
-        steps = tuple(gb[k] if k in take_b else ga[k] for k in ga)
-        child = _checked(ops, Program(a.sketch, steps))
+        raw = Program(a.sketch, tuple(gb[k] if k in take_b else ga[k] for k in ga))
+        # Keep the parents' own parallel/unroll genes where they still fit the tiles.
+        child = raw if not violations(ops, raw) else _checked(ops, raw)
         if child is not None and child.key not in (a.key, b.key):
             return child
     return None

@@ -219,6 +219,7 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
     put("unrolled_body", u * reg_tile * nest.trip["rv"] * max(op.body_ops, 1))
     wgs = nest.trip["s0"]
     put("workgroups", wgs)
+    wgs = max(wgs, 1)
     put("wg_imbalance", math.ceil(wgs / threads) * threads / wgs, raw=True)
     put("iters_per_wg", iters / wgs)
     level_iters = {lvl: math.prod(nest.tiles[lvl].get(l, 1) for l in range(nest.n_loops))

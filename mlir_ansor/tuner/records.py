@@ -42,6 +42,7 @@ class Record:
     error: str = ""
     target: str = "llvm-cpu"
     env: dict = field(default_factory=dict)
+    time: float = 0.0  # unix time the measurement finished
 
     @property
     def ok(self) -> bool:

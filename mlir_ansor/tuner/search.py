@@ -86,6 +86,10 @@ def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg:
     if not tunable:
         return
     policies = {t.key: policy(t, cfg.seed) for t in tunable}
+    for t in tunable:  # resume: the measurer knows the best so far (see slow_factor)
+        ok = [r.latency_s for r in records if r.task_key == t.key and r.ok]
+        if ok and getattr(measurers[t.key], "best_s", None) is None:
+            measurers[t.key].best_s = min(ok)
     measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
     # Resume: programs already in the records are never proposed again.
     spent = 0

@@ -1,0 +1,121 @@
+"""Mutations and crossover give valid programs that differ from their parents in the
+intended genes only."""
+import math
+import random
+
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.mutations import (crossover, mutate, mutate_parallel,
+                                                mutate_tile_size, mutate_unroll)
+from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
+from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.sketch import generate_sketches
+from tests.conftest import BATCH_MATMUL, ELEMENTWISE, MATMUL, ops_of
+
+
+def programs(text, n, seed=0):
+    ops = ops_of(text)
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(seed)
+    return ops, [annotate(ops, sks[0], rng) for _ in range(n)]
+
+
+def genes(p):
+    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in p.steps}
+
+
+@pytest.mark.parametrize("text", [MATMUL, BATCH_MATMUL, ELEMENTWISE])
+def test_mutants_are_valid_and_new(text):
+    ops, progs = programs(text, 100)
+    rng = random.Random(1)
+    made = 0
+    for p in progs:
+        c = mutate(ops, p, rng)
+        if c is None:
+            continue
+        made += 1
+        assert violations(ops, c) == [] and c.key != p.key and c.sketch == p.sketch
+    assert made >= 90
+
+
+def test_tile_size_mutation_moves_one_factor():
+    ops, progs = programs(MATMUL, 50)
+    rng = random.Random(2)
+    for p in progs:
+        c = mutate_tile_size(ops, p, rng)
+        if c is None:
+            continue
+        changed = [(a, b) for a, b in zip(p.steps, c.steps)
+                   if a != b and isinstance(a, SplitStep)]
+        assert len(changed) == 1
+        a, b = changed[0]
+        ext = ops[1].extents[a.loop]
+        levels_a = [ext // math.prod(a.lengths), *a.lengths]
+        levels_b = [ext // math.prod(b.lengths), *b.lengths]
+        ratios = sorted(x / y for x, y in zip(levels_a, levels_b) if x != y)
+        assert len(ratios) == 2 and math.isclose(ratios[0] * ratios[1], 1.0)  # p and 1/p
+
+
+def test_unroll_and_parallel_mutations_change_only_their_step():
+    ops, progs = programs(MATMUL, 60)
+    rng = random.Random(3)
+    for fn, kind in ((mutate_unroll, UnrollStep), (mutate_parallel, ParallelStep)):
+        changed = 0
+        for p in progs:
+            c = fn(ops, p, rng)
+            if c is None:
+                continue
+            diff = [a for a, b in zip(p.steps, c.steps) if a != b]
+            assert len(diff) == 1 and isinstance(diff[0], kind)
+            assert violations(ops, c) == []
+            changed += 1
+        assert changed > 0
+
+
+def test_crossover_combines_parents_genes():
+    ops, progs = programs(BATCH_MATMUL, 40)
+    rng = random.Random(4)
+    mixed = 0
+    for a, b in zip(progs[::2], progs[1::2]):
+        c = crossover(ops, a, b, rng)
+        if c is None:
+            continue
+        assert violations(ops, c) == []
+        ga, gb, gc = genes(a), genes(b), genes(c)
+        assert set(gc) == set(ga)
+        # Every split comes from one of the parents (parallel/unroll are re-derived only
+        # when neither parent's choice fits the child's tiles).
+        assert all(gc[k] in (ga[k], gb[k]) for k in gc if isinstance(gc[k], SplitStep))
+        from_a = any(gc[k] == ga[k] != gb[k] for k in gc if isinstance(gc[k], SplitStep))
+        from_b = any(gc[k] == gb[k] != ga[k] for k in gc if isinstance(gc[k], SplitStep))
+        mixed += from_a and from_b
+    assert mixed >= 5
+
+
+def test_crossover_takes_whole_nodes_when_several_carry_steps():
+    ops, progs = programs(MATMUL, 2)
+    a, b = progs
+    # Give the fill node steps of its own in both parents (a two-node program).
+    fill_a = SplitStep("op0_fill", 0, (4,))
+    fill_b = SplitStep("op0_fill", 0, (8,))
+    a2 = type(a)(a.sketch, a.steps + (fill_a,))
+    b2 = type(b)(b.sketch, b.steps + (fill_b,))
+    rng = random.Random(5)
+    for _ in range(20):
+        c = crossover(ops, a2, b2, rng)
+        if c is None:
+            continue
+        gc = genes(c)
+        root_from_a = all(gc[k] == genes(a2)[k] for k in gc if k[0] == "op1_matmul")
+        root_from_b = all(gc[k] == genes(b2)[k] for k in gc if k[0] == "op1_matmul")
+        assert root_from_a or root_from_b
+        assert gc[("op0_fill", "split", 0)] in (fill_a, fill_b)
+
+
+def test_crossover_needs_same_sketch():
+    ops = ops_of(MATMUL)
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(0)
+    a, b = annotate(ops, sks[0], rng), annotate(ops, sks[1], rng)
+    assert crossover(ops, a, b, rng) is None
