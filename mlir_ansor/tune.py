@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=4, help="programs per task per round")
+    p.add_argument("--policy", choices=["evolution", "random"], default="evolution",
+                   help="search policy: evolutionary search on the cost model (default) or "
+                        "random sampling")
     return p.parse_args(argv)
 
 
@@ -34,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         from mlir_ansor.tuner.driver import TuneOptions, run
 
         report = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
-                                 out=args.out, seed=args.seed, batch=args.batch))
+                                 out=args.out, seed=args.seed, batch=args.batch,
+                                 policy=args.policy))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -71,3 +71,38 @@ def test_outputs_match_tolerance():
     a = np.ones((4, 4), np.float32)
     assert M.outputs_match([a], [a + 1e-6], cfg) == ""
     assert "max abs error" in M.outputs_match([a], [a + 1.0], cfg)
+
+
+def test_template_programs_apply_through_a_tuning_spec(mm_measurer):
+    """The limited-space baseline: IREE lowering-config specs, confirmed in the config dump."""
+    from mlir_ansor.sketch_passes.template import TemplatePolicy
+    from mlir_ansor.transform_scripts.tuning_spec import is_template, lowering_config
+
+    progs = TemplatePolicy(mm_measurer.task, 0).propose(3, set())
+    assert len(progs) == 3 and all(is_template(p) for p in progs)
+    cfg = lowering_config(mm_measurer.task.ops, progs[0])
+    assert "distribution = [" in cfg and "vector_reduction = [0, 0, " in cfg
+    recs = mm_measurer.measure(progs)
+    assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+
+
+def test_template_spec_that_does_not_apply_is_not_counted(mm_measurer, monkeypatch):
+    from mlir_ansor.sketch_passes.template import TemplatePolicy
+
+    prog = TemplatePolicy(mm_measurer.task, 1).propose(1, set())[0]
+    # A spec whose config differs from the program's must not pass the applied check.
+    monkeypatch.setattr(M, "lowering_config", lambda ops, p: "#iree_cpu.lowering_config<"
+                        "distribution = [7, 7, 0]>")
+    monkeypatch.setattr(M, "tuning_spec_text", lambda entries: "module {}")
+    rec = mm_measurer.measure([prog])[0]
+    assert rec.status in ("not_applied", "compile_error") and rec.latency_s is None
+
+
+def test_slow_candidates_are_timed_once(mm_measurer):
+    progs = _programs(mm_measurer, 2, seed=9)
+    mm_measurer.best_s = 1e-9  # everything is "clearly slower than the best so far"
+    try:
+        recs = mm_measurer.measure(progs)
+    finally:
+        mm_measurer.best_s = None
+    assert all(r.status == "ok" and len(r.samples_s) == 1 for r in recs)

@@ -36,24 +36,28 @@ def _readonly() -> dict:
     return {"transform.readonly": ir.UnitAttr.get()}
 
 
+def match_task_dag(target: ir.Value, task_mlir: str, anchor_name: str) -> None:
+    """Match ops that `target` is the root of a DAG equal to the task's (shapes included)."""
+    transform.MatchOperationNameOp(target, [anchor_name])
+    any_value = transform.AnyValueType.get()
+    dag = ir.Operation.create("transform.iree.match.cast_compatible_dag_from_root",
+                              results=[any_value, any_value], operands=[target], regions=1)
+    pattern = ir.Module.parse(task_mlir)
+    func = pattern.body.operations[0]
+    block = func.regions[0].blocks[0]
+    ops = list(block.operations)
+    ops[-1].operation.erase()  # func.return -> the pattern's implicit transform.yield
+    with ir.InsertionPoint(block):
+        transform.YieldOp([])
+    block.append_to(dag.regions[0])
+
+
 def _build_matcher(entry: TunedEntry, anchor_name: str) -> None:
     seq = transform.NamedSequenceOp(f"match_{entry.task_id}", [any_op()], [any_op()],
                                     arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
-        target = seq.bodyTarget
-        transform.MatchOperationNameOp(target, [anchor_name])
-        any_value = transform.AnyValueType.get()
-        dag = ir.Operation.create("transform.iree.match.cast_compatible_dag_from_root",
-                                  results=[any_value, any_value], operands=[target], regions=1)
-        pattern = ir.Module.parse(entry.task_mlir)
-        func = pattern.body.operations[0]
-        block = func.regions[0].blocks[0]
-        ops = list(block.operations)
-        ops[-1].operation.erase()  # func.return -> the pattern's implicit transform.yield
-        with ir.InsertionPoint(block):
-            transform.YieldOp([])
-        block.append_to(dag.regions[0])
-        transform.YieldOp([target])
+        match_task_dag(seq.bodyTarget, entry.task_mlir, anchor_name)
+        transform.YieldOp([seq.bodyTarget])
 
 
 def _build_action(entry: TunedEntry) -> None:

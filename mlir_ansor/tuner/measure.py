@@ -8,6 +8,7 @@ back to its default silently), (3) its outputs match the reference.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -21,6 +22,8 @@ import numpy as np
 
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lowering_config,
+                                                      tuning_spec_text)
 from mlir_ansor.tuner import records as rec
 from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.tuner.tasks import Task, random_inputs, with_codegen_view
@@ -54,11 +57,20 @@ def applied_strategies(config_dir: Path) -> set[str]:
     return found
 
 
+def default_pipeline(configured: str) -> str:
+    """IREE's codegen pipeline in a configuration dump, e.g. #iree_cpu.pipeline<...>."""
+    m = re.search(r"pipeline = (#iree_cpu\.pipeline<\w+>)", configured)
+    return m.group(1) if m else ""
+
+
 def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
-                   library: Path | None = None, extra: Sequence[str] = ()):
+                   library: Path | None = None, extra: Sequence[str] = (),
+                   tuning_spec: Path | None = None):
     cmd = [tools.compile, str(src), *target_flags(cfg.target), "-o", str(out), *extra]
     if library is not None:
         cmd.append(f"--iree-codegen-transform-dialect-library={library}")
+    if tuning_spec is not None:
+        cmd.append(f"--iree-codegen-tuning-spec-path={tuning_spec}")
     return run_isolated(cmd, cfg.compile_timeout_s, cfg.compile_mem_bytes)
 
 
@@ -131,6 +143,7 @@ class TaskMeasurer:
             self.inputs.append(p)
         self.reference: list[np.ndarray] = []
         self.best_s: float | None = None  # fastest valid candidate measured by this measurer
+        self.pipeline = ""  # IREE's default codegen pipeline (set by prepare)
 
     def prepare(self) -> None:
         """Compile with IREE's default codegen: the payload a strategy will see (the task's
@@ -145,7 +158,9 @@ class TaskMeasurer:
         if len(dumps) != 1:
             raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
                                       "executables")
-        self.task = with_codegen_view(self.task, dumps[0].read_text())
+        configured = dumps[0].read_text()
+        self.task = with_codegen_view(self.task, configured)
+        self.pipeline = default_pipeline(configured)
         ref_dir = self.dir / "reference"
         ref_dir.mkdir(exist_ok=True)
         outs, err = run_outputs(self.tools, vmfb, self.inputs, len(self.task.output_types),
@@ -158,41 +173,67 @@ class TaskMeasurer:
     def time_default(self) -> float | None:
         return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
 
-    def side_by_side(self, program: Program, rounds: int = 3) -> tuple[float, float] | None:
-        """(default, tuned) medians of interleaved runs; None if the program fails now."""
-        d = self.dir / "best"
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir()
-        status, _ = self._compile_candidate(program, d)
-        if status != rec.OK:
-            return None
+    def remeasure(self, programs: Sequence[Program],
+                  rounds: int = 3) -> tuple[float, list[float | None]] | None:
+        """Re-time the default and `programs` in interleaved rounds (a noisy machine drifts
+        between measurements taken minutes apart). Returns the default's median and each
+        program's median (None where it failed now); None if the default failed."""
+        base = self.dir / "best"
+        shutil.rmtree(base, ignore_errors=True)
+        vmfbs: list[Path | None] = []
+        for i, p in enumerate(programs):
+            d = base / f"c{i}"
+            d.mkdir(parents=True)
+            status, _ = self._compile_candidate(p, d)
+            vmfbs.append(d / "cand.vmfb" if status == rec.OK else None)
         t_def: list[float] = []
-        t_new: list[float] = []
+        t_new: list[list[float]] = [[] for _ in programs]
         for _ in range(rounds):
             a = self.time_default()
-            b = median_time(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
-            if a is None or b is None:
+            if a is None:
                 return None
             t_def.append(a)
-            t_new.append(b)
-        return statistics.median(t_def), statistics.median(t_new)
+            for i, v in enumerate(vmfbs):
+                b = median_time(self.tools, v, self.inputs, self.cfg) if v else None
+                if b is None:
+                    vmfbs[i] = None
+                else:
+                    t_new[i].append(b)
+        return statistics.median(t_def), [statistics.median(t) if v and t else None
+                                          for v, t in zip(vmfbs, t_new)]
 
     def _compile_candidate(self, program: Program, cand_dir: Path):
-        entry = TunedEntry(self.task.task_id, self.task.task_mlir, self.task.ops, program)
+        template = is_template(program)
         try:
-            lib = cand_dir / "library.mlir"
-            lib.write_text(library_text([entry]))
+            if template:
+                lib = cand_dir / "spec.mlir"
+                lib.write_text(tuning_spec_text([SpecEntry(
+                    self.task.task_id, self.task.task_mlir, self.task.ops, program,
+                    self.pipeline)]))
+            else:
+                lib = cand_dir / "library.mlir"
+                lib.write_text(library_text([TunedEntry(self.task.task_id, self.task.task_mlir,
+                                                        self.task.ops, program)]))
         except Exception as e:  # an emitter bug must not stop the search
             return "compile_error", f"emit: {type(e).__name__}: {e}"
         cfg_dir = cand_dir / "configs"
-        res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg, lib,
-                             [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
+        dump = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
+        if template:
+            res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg,
+                                 extra=dump, tuning_spec=lib)
+        else:
+            res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg, lib,
+                                 dump)
         if res.timed_out:
             return "timeout", f"compile exceeded {self.cfg.compile_timeout_s}s"
         if res.returncode != 0:
             lines = [l for l in res.stderr.splitlines() if "error" in l]
             return "compile_error", (lines[0] if lines else res.stderr[-300:])[:500]
-        if strategy_name(self.task.task_id) not in applied_strategies(cfg_dir):
+        if template:
+            want = lowering_config(self.task.ops, program).removeprefix("#iree_cpu.")
+            if not any(want in f.read_text(errors="replace") for f in cfg_dir.glob("*.mlir")):
+                return "not_applied", "the dispatch was not configured with our lowering config"
+        elif strategy_name(self.task.task_id) not in applied_strategies(cfg_dir):
             return "not_applied", "the dispatch was not configured with our strategy"
         return rec.OK, ""
 
