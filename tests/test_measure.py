@@ -30,6 +30,9 @@ def test_valid_candidates_are_applied_and_timed(mm_measurer):
     recs = mm_measurer.measure(_programs(mm_measurer, 2))
     assert all(r.status == "ok" for r in recs), [r.error for r in recs]
     assert all(r.latency_s and r.latency_s > 0 and len(r.samples_s) == 2 for r in recs)
+    # Records say where they were measured: IREE version, target, CPU.
+    assert all(r.target == "llvm-cpu" and r.env["iree"] != "unknown" and r.env["cpu"]
+               for r in recs)
 
 
 def test_unparsable_strategy_is_a_failure(mm_measurer, monkeypatch):

@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import iree.compiler
+import importlib.metadata
+
+import iree.compiler.version as iree_version
 
 from mlir_ansor.sketch_passes.program import Program
 
@@ -28,7 +30,13 @@ def environment() -> dict:
                     break
     except OSError:
         pass
-    return {"iree": getattr(iree.compiler, "__version__", "unknown"), "cpu": cpu}
+    try:
+        version = importlib.metadata.version("iree-base-compiler")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    revision = getattr(iree_version, "REVISIONS", {}).get("IREE", "")
+    return {"iree": f"{version} ({revision[:12]})" if revision else version, "cpu": cpu,
+            "arch": platform.machine(), "cores": os.cpu_count()}
 
 
 @dataclass(frozen=True)
