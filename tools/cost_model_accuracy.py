@@ -60,7 +60,9 @@ def main() -> int:
                     seen.add(r.program_key)
                     records.append(r)
         acc, rec, n_test = evaluate(m.task.ops, records, args.k)
-        print(f"{w:9s} {len(records):8d} {n_test:9d} {acc:12.3f} {rec:10.3f}")
+        # recall@k says nothing when a fold holds no more than k programs
+        rec_s = f"{rec:10.3f}" if n_test > 2 * args.k else f"{'n/a':>10s}"
+        print(f"{w:9s} {len(records):8d} {n_test:9d} {acc:12.3f} {rec_s}")
     return 0
 
 
