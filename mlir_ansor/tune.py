@@ -28,6 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policy", choices=["evolution", "random"], default="evolution",
                    help="search policy: evolutionary search on the cost model (default) or "
                         "random sampling")
+    p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
+                   help="how trials are spread over tasks (default: gradient, paper §6)")
     return p.parse_args(argv)
 
 
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
         report = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
                                  out=args.out, seed=args.seed, batch=args.batch,
-                                 policy=args.policy))
+                                 policy=args.policy, scheduler=args.scheduler))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,8 @@ from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import RecordStore, best_by_task
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Record
-from mlir_ansor.tuner.search import SearchConfig, round_robin
+from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
+from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks
 from mlir_ansor.tuner.tasks import Task, flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
@@ -30,6 +31,7 @@ class TuneOptions:
     seed: int = 0
     batch: int = 4
     policy: str = "evolution"
+    scheduler: str = "gradient"  # or "round_robin"
     top_k: int = 3  # best candidates per task re-timed side by side before export
 
 
@@ -104,9 +106,16 @@ def run(opts: TuneOptions) -> str:
         best = best_by_task(records).get(task.key)
         bar.set_postfix_str(f"{task.task_id} {r.status} best={_fmt_ms(best and best.latency_s)}ms")
 
-    round_robin(tunable, measurers, store,
-                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
-                records, on_record, POLICIES[opts.policy])
+    keys = [t.key for t in tunable]
+    # f1: the model's latency; each task starts at IREE's default (kept where nothing wins).
+    scheduler = TaskScheduler(
+        keys, {t.key: t.flops for t in tunable}, {t.key: loop_signature(t) for t in tunable},
+        {k: defaults.get(k) or 1.0 for k in keys},
+        weighted_latency({t.key: t.weight for t in tunable}),
+        SchedulerConfig(strategy=opts.scheduler, seed=opts.seed))
+    tune_tasks(tunable, measurers, store,
+               SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
+               records, on_record, POLICIES[opts.policy], scheduler)
     bar.close()
 
     print(f"[4/5] top {opts.top_k} programs per task against IREE's default, side by side; "

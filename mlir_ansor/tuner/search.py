@@ -3,6 +3,7 @@ records are appended at once. Policies: random sampling (here) and evolutionary 
 guided by the cost model (`evolution.py`)."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -10,6 +11,7 @@ from typing import Callable, Protocol, Sequence
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore
+from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
 from mlir_ansor.tuner.tasks import Task
 
 
@@ -78,40 +80,66 @@ def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
     return len(mine) >= batch and all(r.status == "not_applied" for r in mine)
 
 
-def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
-                records: list[Record], on_record: Callable[[Task, Record], None],
-                policy: PolicyFactory = RandomPolicy) -> None:
-    """Spend `cfg.trials` new measurements, `cfg.batch` per task in turn."""
+def _best(records: Sequence[Record], key: str) -> float | None:
+    ok = [r.latency_s for r in records if r.task_key == key and r.ok]
+    return min(ok) if ok else None
+
+
+def round_robin_scheduler(tasks: Sequence[Task], seed: int = 0) -> TaskScheduler:
+    keys = [t.key for t in tasks]
+    return TaskScheduler(keys, {k: 1.0 for k in keys}, {k: () for k in keys},
+                         {k: 1.0 for k in keys}, lambda g: sum(g.values()),
+                         SchedulerConfig(strategy="round_robin", seed=seed))
+
+
+def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
+               records: list[Record], on_record: Callable[[Task, Record], None],
+               policy: PolicyFactory = RandomPolicy,
+               scheduler: TaskScheduler | None = None) -> None:
+    """Spend `cfg.trials` new measurements in batches of `cfg.batch`; the scheduler picks
+    the task of each batch (round robin when none is given)."""
     tunable = [t for t in tasks if t.tunable]
     if not tunable:
         return
+    by_key = {t.key: t for t in tunable}
+    scheduler = scheduler or round_robin_scheduler(tunable, cfg.seed)
     policies = {t.key: policy(t, cfg.seed) for t in tunable}
-    for t in tunable:  # resume: the measurer knows the best so far (see slow_factor)
-        ok = [r.latency_s for r in records if r.task_key == t.key and r.ok]
-        if ok and getattr(measurers[t.key], "best_s", None) is None:
-            measurers[t.key].best_s = min(ok)
-    measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
+    for t in tunable:  # resume: the measurer and the scheduler know the best so far
+        best = _best(records, t.key)
+        if best is not None and getattr(measurers[t.key], "best_s", None) is None:
+            measurers[t.key].best_s = best
+        if any(r.task_key == t.key for r in records):
+            scheduler.update(t.key, best if best is not None else math.inf)
     # Resume: programs already in the records are never proposed again.
+    measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
     spent = 0
-    i = 0
-    stalled = 0
-    while spent < cfg.trials and stalled < len(tunable):
-        task = tunable[i % len(tunable)]
-        i += 1
+    while spent < cfg.trials:
+        key = scheduler.next_task()
+        if key is None:
+            break
+        task = by_key[key]
         if _never_applies(task, records, cfg.batch):
-            stalled += 1  # the library's matcher does not recognise this dispatch: stop
+            scheduler.stop(key)  # the library's matcher does not recognise this dispatch
             continue
         n = min(cfg.batch, cfg.trials - spent)
-        progs = transferable(task, tunable, records, measured[task.key])[:n]
-        seen = measured[task.key] | {p.key for p in progs}
-        progs += policies[task.key].propose(n - len(progs), seen, records)
+        progs = transferable(task, tunable, records, measured[key])[:n]
+        seen = measured[key] | {p.key for p in progs}
+        progs += policies[key].propose(n - len(progs), seen, records)
         if not progs:
-            stalled += 1  # the space of this task is exhausted
+            scheduler.stop(key)  # the space of this task is exhausted
             continue
-        stalled = 0
-        for r in measurers[task.key].measure_iter(progs):
+        for r in measurers[key].measure_iter(progs):
             store.append(r)
-            measured[task.key].add(r.program_key)
+            measured[key].add(r.program_key)
             records.append(r)
             on_record(task, r)
         spent += len(progs)
+        best = _best(records, key)
+        scheduler.update(key, best if best is not None else math.inf)
+
+
+def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
+                records: list[Record], on_record: Callable[[Task, Record], None],
+                policy: PolicyFactory = RandomPolicy) -> None:
+    """`tune_tasks` with tasks taken in turn."""
+    tune_tasks(tasks, measurers, store, cfg, records, on_record, policy)
