@@ -103,6 +103,24 @@ class _Plan:
         return shape
 
 
+def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
+    """(lanes, reduction) register tiles of inputs read along a reduction loop but used
+    along the vector lanes (e.g. the weight of nn.Linear, B[n, k]): the outer-product
+    contraction transposes these tiles."""
+    last = len(root.output.shape) - 1
+    lane = next((l for l in root.parallel_dims if root.output_dim_of_loop(l) == last), None)
+    out = []
+    for o in root.operands:
+        if o.is_output or not o.map_results or lane is None:
+            continue
+        inner = o.map_results[-1]
+        loops = {d for t in o.map_results for d, _ in t}
+        if len(inner) == 1 and root.iterators[inner[0][0]] == "reduction" and lane in loops:
+            red = plan.lengths.get(inner[0][0], (1,))
+            out.append((plan.lengths[lane][-1], red[1] if len(red) > 1 else 1))
+    return out
+
+
 def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
     """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop."""
     n = len(op.extents)
@@ -204,7 +222,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             # a large leftover copy would become one huge vector.
             func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
         # transfer_to_scf and lower_shape_cast loop forever on the window (conv) tiles.
-        tb.patterns(func, tbm.lower_vectors(shape_casts=root is None or not has_window_access(root)))
+        transposed = _transposed_tiles(root, plan) if root is not None else []
+        tb.patterns(func, tbm.lower_vectors(
+            shape_casts=root is None or not has_window_access(root),
+            transpose_16x16=bool(transposed) and all(t == (16, 16) for t in transposed)))
         tb.cse(func)
         tb.annotate(func, "translation_info", ir.Attribute.parse(
             "#iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline>"))
