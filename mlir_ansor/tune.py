@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from mlir_ansor.tuner.driver import TuneOptions, run
 
-        report = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
+        result = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
                                  out=args.out, seed=args.seed, batch=args.batch,
                                  policy=args.policy, scheduler=args.scheduler))
     except AnsorError as e:
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(report)
+    print(result.report)
     return 0
 
 

@@ -5,6 +5,7 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -59,13 +60,22 @@ def _top_programs(records: list[Record], task_key: str, k: int):
     return out
 
 
-def run(opts: TuneOptions) -> str:
+@dataclass(frozen=True)
+class TuneResult:
+    report: str  # the printed tables
+    out: Path
+    library: Path | None  # the exported transform library (None: nothing beat IREE)
+    tuned_vmfb: Path  # the compiled tuned model
+
+
+def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneResult:
+    """The whole job. `factory` (returns (model, inputs)) replaces loading `opts.model`."""
     target_flags(opts.target)  # unknown target: fail before any work
     if opts.trials < 0:
         raise AnsorError("--trials must be >= 0")
     if opts.policy not in POLICIES:
         raise AnsorError(f"unknown policy {opts.policy!r} (choose from {sorted(POLICIES)})")
-    factory = load_factory(opts.model)
+    factory = factory or load_factory(opts.model)
     try:
         model, inputs = factory()
     except Exception as e:
@@ -175,4 +185,5 @@ def run(opts: TuneOptions) -> str:
                             "tuned_ms", "speedup", "status"], r)) for r in rows],
         "e2e": {"torch_s": e2e.torch_s, "default_s": e2e.default_s, "tuned_s": e2e.tuned_s,
                 "applied": list(e2e.applied), "max_abs_error": e2e.max_error}}, indent=2))
-    return report
+    return TuneResult(report, out, library,
+                      out / "e2e" / ("tuned.vmfb" if library else "default.vmfb"))

@@ -30,7 +30,8 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     """Compile; return the strategy symbols IREE applied (empty without a library)."""
     cfg_dir = out.parent / (out.stem + "_configs")
     extra = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
-    res = compile_module(tools, model_mlir, out, cfg, library, extra)
+    res = compile_module(tools, model_mlir, out, cfg, library, extra,
+                         timeout_s=cfg.model_compile_timeout_s)
     if res.returncode != 0:
         raise CompileError(f"iree-compile failed on {model_mlir}: {res.stderr.strip()[-500:]}")
     return applied_strategies(cfg_dir)

@@ -33,7 +33,8 @@ from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 @dataclass(frozen=True)
 class MeasureConfig:
     target: str = "llvm-cpu"
-    compile_timeout_s: float = 20.0
+    compile_timeout_s: float = 20.0  # one candidate (a single dispatch)
+    model_compile_timeout_s: float = 900.0  # a whole model (end-to-end checks)
     run_timeout_s: float = 60.0
     compile_mem_bytes: int = 6 << 30
     repetitions: int = 5
@@ -65,13 +66,13 @@ def default_pipeline(configured: str) -> str:
 
 def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
                    library: Path | None = None, extra: Sequence[str] = (),
-                   tuning_spec: Path | None = None):
+                   tuning_spec: Path | None = None, timeout_s: float | None = None):
     cmd = [tools.compile, str(src), *target_flags(cfg.target), "-o", str(out), *extra]
     if library is not None:
         cmd.append(f"--iree-codegen-transform-dialect-library={library}")
     if tuning_spec is not None:
         cmd.append(f"--iree-codegen-tuning-spec-path={tuning_spec}")
-    return run_isolated(cmd, cfg.compile_timeout_s, cfg.compile_mem_bytes)
+    return run_isolated(cmd, timeout_s or cfg.compile_timeout_s, cfg.compile_mem_bytes)
 
 
 def run_outputs(tools: Toolchain, vmfb: Path, inputs: Sequence[Path], n_out: int, out_dir: Path,

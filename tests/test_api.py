@@ -1,0 +1,21 @@
+"""Python API: tune returns a runnable tuned module; load rebuilds it from the records' run."""
+import numpy as np
+
+from mlir_ansor import api
+from tests.data.small_mlp import make
+
+
+def test_tune_then_load(tmp_path):
+    model, inputs = make()
+    out = tmp_path / "run"
+    tuned = api.tune(model, inputs, trials=8, out=out, batch=4)
+    want = model(*inputs).detach().numpy()
+    np.testing.assert_allclose(tuned(*inputs), want, rtol=1e-4, atol=1e-4)
+    again = api.load(model, inputs, out)
+    np.testing.assert_allclose(again(*inputs), want, rtol=1e-4, atol=1e-4)
+    lib = out / "tuned_library.mlir"
+    if lib.exists():  # a strategy beat IREE's default: load must have applied it
+        assert set(api.strategy_symbols(lib.read_text())) <= set(again.applied)
+        assert again.applied
+    else:
+        assert again.applied == ()
