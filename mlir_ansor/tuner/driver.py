@@ -14,9 +14,11 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.tuner.e2e import end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
-from mlir_ansor.tuner.records import RecordStore, best_by_task
+from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.report_plot import plot_tuning_curveStore, best_by_task
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
 from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks
 from mlir_ansor.tuner.tasks import Task, flow_source, extract_tasks
@@ -156,6 +158,9 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                      [strategy_name(e.task_id) for e in entries])
     tuned_ids = {e.task_id for e in entries}
 
+    kept = {t.key: (min(timed[t.key]) if t.task_id in tuned_ids else timed[t.key][0])
+            if t.key in timed else defaults.get(t.key) for t in tasks}
+    total = sum(t.weight * kept[t.key] for t in tasks if kept[t.key]) or 1.0
     rows = []
     for t in tasks:
         d, b = timed.get(t.key, (defaults.get(t.key), None))
@@ -164,10 +169,16 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         if t.tunable and t.key not in timed:
             status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
-        rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, _fmt_ms(d),
-                     _fmt_ms(b), speed, status[:40]])
-    task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "default ms",
-                         "tuned ms", "speedup", "status"], rows)
+        share = f"{100 * t.weight * kept[t.key] / total:.1f}%" if kept[t.key] else "-"
+        rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, share,
+                     _fmt_ms(d), _fmt_ms(b), speed, status[:40]])
+    task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "share",
+                         "default ms", "tuned ms", "speedup", "status"], rows)
+    plot_tuning_curve(out / "tuning_curve.png", records, {t.key: t.weight for t in tunable},
+                      {k: v for k, v in defaults.items() if v}, {
+                          "IREE default": e2e.default_s, "tuned": e2e.tuned_s,
+                          "torch eager": e2e.torch_s},
+                      f"{opts.model}: {len(records)} measurements")
     e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
                        [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
                          _fmt_ms(e2e.tuned_s)],
@@ -177,12 +188,13 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     report = (f"Per task ({opts.target}):\n{task_table}\n\nEnd to end (model {opts.model}, "
               f"outputs match torch, max abs error {e2e.max_error:.2e}){same}:\n{e2e_table}\n\n"
               f"Artifacts in {out}: records.jsonl, model.mlir, "
-              f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json")
+              f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json, "
+              "tuning_curve.png")
     (out / "report.txt").write_text(report + "\n")
     (out / "report.json").write_text(json.dumps({
         "model": opts.model, "target": opts.target,
-        "tasks": [dict(zip(["task", "dispatch", "weight", "mflop", "trials", "default_ms",
-                            "tuned_ms", "speedup", "status"], r)) for r in rows],
+        "tasks": [dict(zip(["task", "dispatch", "weight", "mflop", "trials", "share",
+                            "default_ms", "tuned_ms", "speedup", "status"], r)) for r in rows],
         "e2e": {"torch_s": e2e.torch_s, "default_s": e2e.default_s, "tuned_s": e2e.tuned_s,
                 "applied": list(e2e.applied), "max_abs_error": e2e.max_error}}, indent=2))
     return TuneResult(report, out, library,
