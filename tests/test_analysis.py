@@ -51,3 +51,12 @@ def test_conv_as_torch_mlir_emits_it(conv_tasks):
     assert conv.extents[-3:] == (8, 3, 3)  # input channels, kernel window
     consumer = A.consumers(ops, conv.index)
     assert len(consumer) == 1 and A.has_fusible_consumer(ops, conv.index)
+
+
+def test_captured_values_pick_the_structural_matcher():
+    from mlir_ansor.transform_scripts.library import captures_outer_values
+    from tests.conftest import DATA, ELEMENTWISE, MATMUL
+
+    assert not captures_outer_values(MATMUL)
+    assert not captures_outer_values(ELEMENTWISE)
+    assert captures_outer_values((DATA / "scale_rows.mlir").read_text())

@@ -179,3 +179,24 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
                                 len(kinds), tuple(producers), kinds))
         return infos
+
+
+def operand_path(task_mlir: str, start: int, target: int) -> list[int]:
+    """Operand indices leading from tileable op `start` back to its producer `target`
+    (indices in payload order)."""
+    with ir.Context():
+        module = ir.Module.parse(task_mlir)
+        ops = _tileable_ops(module.operation)
+        paths: dict[int, list[int]] = {start: []}
+        frontier = [start]
+        while frontier:
+            i = frontier.pop(0)
+            if i == target:
+                return paths[i]
+            for k, v in enumerate(ops[i].operands):
+                owner = getattr(v.owner, "operation", v.owner)
+                for j, o in enumerate(ops):
+                    if o == owner and j not in paths:
+                        paths[j] = paths[i] + [k]
+                        frontier.append(j)
+    raise UnsupportedDispatch(f"op {target} does not feed op {start}")

@@ -12,8 +12,9 @@ from typing import Sequence
 
 from iree.compiler import ir
 from iree.compiler.dialects import transform
+from iree.compiler.dialects.transform import structured
 
-from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import Program
@@ -52,11 +53,101 @@ def match_task_dag(target: ir.Value, task_mlir: str, anchor_name: str) -> None:
     block.append_to(dag.regions[0])
 
 
+def captures_outer_values(task_mlir: str) -> bool:
+    """Whether an op body uses a value defined outside it (e.g. a scalar constant). IREE's
+    DAG matcher never matches such patterns (verified on 3.13), so they need
+    `match_task_structure`."""
+    module = ir.Module.parse(task_mlir)
+    found = False
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        for region in op.regions:
+            for block in region.blocks:
+                inner = {id(a) for a in block.arguments}
+                for o in block.operations:
+                    inner.update(id(r) for r in o.results)
+                for o in block.operations:
+                    for v in o.operands:
+                        if isinstance(v.owner, ir.Block):
+                            if v.owner != block:
+                                found = True
+                        elif v.owner.parent != op and not _inside(v.owner, op):
+                            found = True
+        return ir.WalkResult.ADVANCE
+
+    for op in _linalg_ops(module.operation):
+        visit(op)
+    return found
+
+
+def _inside(op, ancestor) -> bool:
+    p = op.parent
+    while p is not None:
+        if p == ancestor:
+            return True
+        p = p.parent
+    return False
+
+
+def _linalg_ops(root: ir.Operation) -> list[ir.Operation]:
+    ops = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name.startswith("linalg.") and o.regions and len(o.regions[0].blocks):
+            ops.append(o)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return ops
+
+
+def _match_dims(target: ir.Value, op: OpInfo) -> None:
+    """`target` has `op`'s loop kinds and extents."""
+    p64 = transform.ParamType.get(ir.IntegerType.get_signless(64))
+    st = ir.Operation.create("transform.match.structured", results=[p64], operands=[target],
+                             regions=1, attributes={"failure_propagation_mode": ir.IntegerAttr.get(
+                                 ir.IntegerType.get_signless(32), 1)})
+    block = st.regions[0].blocks.append(any_op())
+    with ir.InsertionPoint(block):
+        h = block.arguments[0]
+        dims = ir.Operation.create("transform.match.structured.dim", results=[p64],
+                                   operands=[h], attributes={
+                                       "is_all": ir.UnitAttr.get(),
+                                       "raw_dim_list": ir.DenseI64ArrayAttr.get([])}).result
+        for i, kind in enumerate(op.iterators):
+            ir.Operation.create("transform.match.structured.dim", operands=[h], attributes={
+                kind: ir.UnitAttr.get(), "raw_dim_list": ir.DenseI64ArrayAttr.get([i])})
+        ir.Operation.create("transform.match.structured.yield", operands=[dims])
+    ir.Operation.create("transform.iree.match.dims_equal", operands=[st.results[0]],
+                        attributes={"expected_values": ir.DenseI64ArrayAttr.get(
+                            list(op.extents))})
+
+
+def match_task_structure(target: ir.Value, task_mlir: str) -> None:
+    """Fallback matcher on loop structure: every op of the task's DAG, reached from the
+    root through its operands, has the right name, loop kinds and extents. Bodies are not
+    compared; a strategy only tiles and vectorizes, which is correct for any body."""
+    ops = analyze_task(task_mlir)
+    root = ops[-1]
+    for op in ops:
+        h = target
+        for k in operand_path(task_mlir, root.index, op.index):
+            h = transform.GetProducerOfOperand(any_op(), h, k).result
+        transform.MatchOperationNameOp(h, [op.op_name])
+        if op.is_linalg:
+            _match_dims(h, op)
+
+
 def _build_matcher(entry: TunedEntry, anchor_name: str) -> None:
     seq = transform.NamedSequenceOp(f"match_{entry.task_id}", [any_op()], [any_op()],
                                     arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
-        match_task_dag(seq.bodyTarget, entry.task_mlir, anchor_name)
+        if captures_outer_values(entry.task_mlir):
+            match_task_structure(seq.bodyTarget, entry.task_mlir)
+        else:
+            match_task_dag(seq.bodyTarget, entry.task_mlir, anchor_name)
         transform.YieldOp([seq.bodyTarget])
 
 

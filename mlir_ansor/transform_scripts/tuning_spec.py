@@ -14,7 +14,7 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import transform
 
-from mlir_ansor.dialect_helpers.linalg_info import OpInfo, _tileable_ops
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import Program
@@ -63,25 +63,6 @@ def lowering_config(ops: Sequence[OpInfo], program: Program) -> str:
             f"{_fmt(vec)}, vector_reduction = {_fmt(red)}>")
 
 
-def _operand_path(task_mlir: str, anchor: int, root: int) -> list[int]:
-    """Operand indices leading from the anchor op back to the root op."""
-    module = ir.Module.parse(task_mlir)
-    ops = _tileable_ops(module.operation)
-    paths = {anchor: []}
-    frontier = [anchor]
-    while frontier:
-        i = frontier.pop(0)
-        if i == root:
-            return paths[i]
-        for k, v in enumerate(ops[i].operands):
-            owner = getattr(v.owner, "operation", v.owner)
-            for j, o in enumerate(ops):
-                if o == owner and j not in paths:
-                    paths[j] = paths[i] + [k]
-                    frontier.append(j)
-    raise ValueError("the root op does not feed the anchor op")
-
-
 @dataclass(frozen=True)
 class SpecEntry:
     task_id: str
@@ -124,7 +105,7 @@ def build_tuning_spec(entries: Sequence[SpecEntry]) -> ir.Module:
             with ir.InsertionPoint(seq.body):
                 match_task_dag(seq.bodyTarget, e.task_mlir, anchor.op_name)
                 h = seq.bodyTarget
-                for k in _operand_path(e.task_mlir, anchor.index, root.index):
+                for k in operand_path(e.task_mlir, anchor.index, root.index):
                     h = transform.GetProducerOfOperand(any_op(), h, k).result
                 info = ir.Attribute.parse(
                     f"#iree_codegen.compilation_info<lowering_config = "
