@@ -57,32 +57,21 @@ def captures_outer_values(task_mlir: str) -> bool:
     """Whether an op body uses a value defined outside it (e.g. a scalar constant). IREE's
     DAG matcher never matches such patterns (verified on 3.13), so they need
     `match_task_structure`."""
-    module = ir.Module.parse(task_mlir)
-    found = False
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        nonlocal found
-        for region in op.regions:
-            for block in region.blocks:
-                inner = {id(a) for a in block.arguments}
-                for o in block.operations:
-                    inner.update(id(r) for r in o.results)
-                for o in block.operations:
-                    for v in o.operands:
-                        if isinstance(v.owner, ir.Block):
-                            if v.owner != block:
-                                found = True
-                        elif v.owner.parent != op and not _inside(v.owner, op):
-                            found = True
-        return ir.WalkResult.ADVANCE
-
-    for op in _linalg_ops(module.operation):
-        visit(op)
-    return found
+    with ir.Context():
+        module = ir.Module.parse(task_mlir)
+        for op in _linalg_ops(module.operation):
+            for block in op.regions[0].blocks:
+                for inner in block.operations:
+                    for v in inner.operands:
+                        owner = v.owner.owner if isinstance(v.owner, ir.Block) else v.owner
+                        if not _inside(owner, op):
+                            return True
+    return False
 
 
-def _inside(op, ancestor) -> bool:
-    p = op.parent
+def _inside(op, ancestor: ir.Operation) -> bool:
+    """`op` is `ancestor` or nested in it."""
+    p = op.operation if hasattr(op, "operation") else op
     while p is not None:
         if p == ancestor:
             return True
