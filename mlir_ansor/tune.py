@@ -18,8 +18,9 @@ from mlir_ansor.errors import AnsorError
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m mlir_ansor.tune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", nargs="?", default="resnet_block",
-                   help="bundled example name or path/to/file.py:factory (default: resnet_block)")
+    p.add_argument("model", nargs="*", default=["resnet_block"],
+                   help="bundled example name or path/to/file.py:factory (default: "
+                        "resnet_block); several models are tuned together, sharing tasks")
     p.add_argument("--trials", type=int, default=96, help="measurements in total (default 96)")
     p.add_argument("--target", default="llvm-cpu", help="codegen target (llvm-cpu)")
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from mlir_ansor.tuner.driver import TuneOptions, run
 
-        result = run(TuneOptions(model=args.model, trials=args.trials, target=args.target,
+        result = run(TuneOptions(model=args.model[0], models=tuple(args.model),
+                                 trials=args.trials, target=args.target,
                                  out=args.out, seed=args.seed, batch=args.batch,
                                  policy=args.policy, scheduler=args.scheduler))
     except AnsorError as e:

@@ -1,6 +1,6 @@
 """Cost-model accuracy on held-out measured programs: pairwise accuracy and recall@k.
 
-Uses the records of `tools/tuning_curve.py` (all policies of a workload pooled). 5-fold
+Uses the records of `tools/tuning_curve.py` (random and evolution runs pooled). 5-fold
 cross validation: the model is trained on 4/5 of the programs and scored on the rest.
 
   python tools/cost_model_accuracy.py [--out bench_out/curves] [--k 30]
@@ -44,12 +44,15 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("bench_out/curves"))
     ap.add_argument("--k", type=int, default=30)
+    ap.add_argument("--policies", default="random,evolution",
+                    help="whose records to pool (template programs compile another way)")
     args = ap.parse_args()
     tools, cfg = Toolchain.find(), MeasureConfig()
     print(f"{'workload':9s} {'programs':>8s} {'test/fold':>9s} {'pairwise acc':>12s} "
           f"{'recall@' + str(args.k):>10s}")
     for w in sorted(WORKLOADS):
-        files = sorted((args.out / w).glob("*/records.jsonl"))
+        files = [args.out / w / p / "records.jsonl" for p in args.policies.split(",")]
+        files = [f for f in files if f.exists()]
         if not files:
             continue
         m = prepare(w, args.out / w, tools, cfg)

@@ -65,6 +65,11 @@ def report(root: Path) -> None:
         valid = sum(r.ok for r in recs)
         rows.append((workload, policy, len(recs), valid,
                      [f"{c[n - 1]:.1f}" if len(c) >= n else "-" for n in CHECKPOINTS]))
+    for w in sorted({k[0] for k in curves}):
+        f = root / w / "default_s.txt"
+        if f.exists():
+            flops = int((root / w / "flops.txt").read_text())
+            print(f"{w}: IREE default {flops / float(f.read_text()) / 1e9:.1f} GFLOP/s")
     print(f"{'workload':9s} {'policy':10s} {'trials':>6s} {'valid':>6s}  best GFLOP/s after n: "
           + " ".join(f"{n:>6d}" for n in CHECKPOINTS))
     for w, p, n, v, cells in rows:
@@ -87,6 +92,11 @@ def report(root: Path) -> None:
         for (ww, p), c in sorted(curves.items()):
             if ww == w:
                 ax.plot(range(1, len(c) + 1), c, label=p)
+        f = root / w / "default_s.txt"
+        if f.exists():
+            flops = int((root / w / "flops.txt").read_text())
+            ax.axhline(flops / float(f.read_text()) / 1e9, color="gray", linestyle="--",
+                       label="IREE default")
         ax.set_title(w)
         ax.set_xlabel("measurements")
         ax.set_ylabel("best GFLOP/s")
@@ -116,6 +126,9 @@ def main() -> int:
     wdir = args.out / args.workload
     m = prepare(args.workload, wdir, tools, cfg, args.seed)
     (wdir / "flops.txt").write_text(str(m.task.flops))
+    default_s = m.time_default()
+    if default_s:
+        (wdir / "default_s.txt").write_text(repr(default_s))
     store = RecordStore(wdir / args.policy / "records.jsonl")
     records = store.load()
     left = max(0, args.trials - len(records))

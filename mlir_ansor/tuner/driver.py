@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +28,7 @@ from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 @dataclass(frozen=True)
 class TuneOptions:
     model: str = "resnet_block"
+    models: tuple[str, ...] = ()  # several models tuned together (overrides `model`)
     trials: int = 96
     target: str = "llvm-cpu"
     out: Path = Path("ansor_out")
@@ -70,29 +71,56 @@ class TuneResult:
     tuned_vmfb: Path  # the compiled tuned model
 
 
+def _merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str, dict]]:
+    """One task per distinct dispatch over all models (ids t0, t1, ... in first-seen order);
+    weight = calls per inference summed over the models. Also: weight per model per task."""
+    merged: dict[str, Task] = {}
+    usage: dict[str, dict[str, int]] = {}
+    for name, tasks in per_model.items():
+        for t in tasks:
+            usage.setdefault(t.key, {})[name] = t.weight
+            if t.key not in merged:
+                merged[t.key] = t
+    out = [replace(t, task_id=f"t{i}", weight=sum(usage[t.key].values()))
+           for i, t in enumerate(merged.values())]
+    return out, usage
+
+
 def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneResult:
-    """The whole job. `factory` (returns (model, inputs)) replaces loading `opts.model`."""
+    """The whole job for `opts.models` (or `opts.model`), tuned together: identical
+    dispatches are one task. `factory` (returns (model, inputs)) replaces loading the model."""
     target_flags(opts.target)  # unknown target: fail before any work
     if opts.trials < 0:
         raise AnsorError("--trials must be >= 0")
     if opts.policy not in POLICIES:
         raise AnsorError(f"unknown policy {opts.policy!r} (choose from {sorted(POLICIES)})")
-    factory = factory or load_factory(opts.model)
-    try:
-        model, inputs = factory()
-    except Exception as e:
-        raise FrontendError(f"model factory failed: {type(e).__name__}: {e}") from e
+    names = list(opts.models or (opts.model,))
+    if len(set(names)) != len(names):
+        raise AnsorError(f"a model is named twice: {names}")
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     tools = Toolchain.find()
     cfg = MeasureConfig(target=opts.target)
+    single = len(names) == 1
+    loaded = {}
+    for name in names:
+        fac = factory if (factory and single) else load_factory(name)
+        try:
+            model, inputs = fac()
+        except Exception as e:
+            raise FrontendError(f"model factory {name} failed: {type(e).__name__}: {e}") from e
+        loaded[name] = (model, inputs, out if single else out / _safe(name))
 
-    print(f"[1/5] importing {opts.model} with torch-mlir", flush=True)
-    model_mlir = out / "model.mlir"
-    model_mlir.write_text(import_model(model, inputs))
+    print(f"[1/5] importing {', '.join(names)} with torch-mlir", flush=True)
+    per_model: dict[str, list[Task]] = {}
+    for name, (model, inputs, mdir) in loaded.items():
+        mdir.mkdir(parents=True, exist_ok=True)
+        (mdir / "model.mlir").write_text(import_model(model, inputs))
 
     print("[2/5] forming IREE dispatches (tasks)", flush=True)
-    tasks = extract_tasks(flow_source(model_mlir, opts.target, tools, 600))
+    for name, (_, _, mdir) in loaded.items():
+        per_model[name] = extract_tasks(flow_source(mdir / "model.mlir", opts.target, tools, 600))
+    tasks, usage = _merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
     for i, t in enumerate(tqdm(tasks, desc="baselines", unit="task")):
@@ -109,8 +137,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     print(f"[3/5] tuning {len(tunable)} of {len(tasks)} tasks, {opts.trials} trials", flush=True)
     store = RecordStore(out / "records.jsonl")
     records = [r for r in store.load() if r.target == opts.target]
-    keys = {t.key for t in tunable}
-    done = sum(1 for r in records if r.task_key in keys)
+    keys = [t.key for t in tunable]
+    done = sum(1 for r in records if r.task_key in set(keys))
     bar = tqdm(total=opts.trials, initial=min(done, opts.trials), desc="trials", unit="trial")
 
     def on_record(task: Task, r) -> None:
@@ -118,8 +146,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         best = best_by_task(records).get(task.key)
         bar.set_postfix_str(f"{task.task_id} {r.status} best={_fmt_ms(best and best.latency_s)}ms")
 
-    keys = [t.key for t in tunable]
-    # f1: the model's latency; each task starts at IREE's default (kept where nothing wins).
+    # f1: the summed latency of the models; each task starts at IREE's default (kept where
+    # nothing wins).
     scheduler = TaskScheduler(
         keys, {t.key: t.flops for t in tunable}, {t.key: loop_signature(t) for t in tunable},
         {k: defaults.get(k) or 1.0 for k in keys},
@@ -133,7 +161,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     print(f"[4/5] top {opts.top_k} programs per task against IREE's default, side by side; "
           "exporting", flush=True)
     timed: dict[str, tuple[float, float]] = {}
-    entries = []
+    entries: list[TunedEntry] = []
+    entry_key: dict[str, str] = {}
     for t in tunable:
         top = _top_programs(records, t.key, opts.top_k)
         res = measurers[t.key].remeasure(top) if top else None
@@ -148,15 +177,19 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         # Keep a strategy only where it beat IREE's default on this machine.
         if best_s < default_s:
             entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_p))
+            entry_key[t.task_id] = t.key
     library = None
     if entries:
         library = out / "tuned_library.mlir"
         library.write_text(library_text(entries))
+    tuned_ids = set(entry_key)
 
     print("[5/5] end to end: torch eager, IREE default, tuned (side by side)", flush=True)
-    e2e = end_to_end(tools, model, inputs, model_mlir, library, out / "e2e", cfg,
-                     [strategy_name(e.task_id) for e in entries])
-    tuned_ids = {e.task_id for e in entries}
+    e2es = {}
+    for name, (model, inputs, mdir) in loaded.items():
+        mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
+        e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
+                                library if mine else None, mdir / "e2e", cfg, mine)
 
     kept = {t.key: (min(timed[t.key]) if t.task_id in tuned_ids else timed[t.key][0])
             if t.key in timed else defaults.get(t.key) for t in tasks}
@@ -170,32 +203,51 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
         share = f"{100 * t.weight * kept[t.key] / total:.1f}%" if kept[t.key] else "-"
-        rows.append([t.task_id, t.name[:48], t.weight, f"{t.flops / 1e6:.1f}", n, share,
-                     _fmt_ms(d), _fmt_ms(b), speed, status[:40]])
-    task_table = _table(["task", "dispatch", "weight", "MFLOP", "trials", "share",
-                         "default ms", "tuned ms", "speedup", "status"], rows)
+        row = [t.task_id, t.name[:40], t.weight, f"{t.flops / 1e6:.1f}", n, share,
+               _fmt_ms(d), _fmt_ms(b), speed, status[:40]]
+        if not single:
+            row.insert(3, ",".join(m for m in names if m in usage[t.key]))
+        rows.append(row)
+    headers = ["task", "dispatch", "weight", "MFLOP", "trials", "share", "default ms",
+               "tuned ms", "speedup", "status"]
+    if not single:
+        headers.insert(3, "models")
+    task_table = _table(headers, rows)
+    parts = [f"Per task ({opts.target}):\n{task_table}"]
+    for name, e2e in e2es.items():
+        e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
+                           [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
+                             _fmt_ms(e2e.tuned_s)],
+                            ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x",
+                             "1.00x", f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
+        same = "" if e2e.applied else \
+            " (no strategy beat IREE's default: tuned = default module)"
+        parts.append(f"End to end (model {name}, outputs match torch, max abs error "
+                     f"{e2e.max_error:.2e}){same}:\n{e2e_table}")
+    measured = {}
+    for name, e2e in e2es.items():
+        tag = "" if single else f" {name}"
+        measured.update({f"IREE default{tag}": e2e.default_s, f"tuned{tag}": e2e.tuned_s,
+                         f"torch eager{tag}": e2e.torch_s})
     plot_tuning_curve(out / "tuning_curve.png", records, {t.key: t.weight for t in tunable},
-                      {k: v for k, v in defaults.items() if v}, {
-                          "IREE default": e2e.default_s, "tuned": e2e.tuned_s,
-                          "torch eager": e2e.torch_s},
-                      f"{opts.model}: {len(records)} measurements")
-    e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
-                       [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
-                         _fmt_ms(e2e.tuned_s)],
-                        ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x", "1.00x",
-                         f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
-    same = "" if library else " (no strategy beat IREE's default: tuned = default module)"
-    report = (f"Per task ({opts.target}):\n{task_table}\n\nEnd to end (model {opts.model}, "
-              f"outputs match torch, max abs error {e2e.max_error:.2e}){same}:\n{e2e_table}\n\n"
-              f"Artifacts in {out}: records.jsonl, model.mlir, "
-              f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json, "
-              "tuning_curve.png")
+                      {k: v for k, v in defaults.items() if v}, measured,
+                      f"{'+'.join(names)}: {len(records)} measurements")
+    parts.append(f"Artifacts in {out}: records.jsonl, model.mlir, "
+                 f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json, "
+                 "tuning_curve.png")
+    report = "\n\n".join(parts)
     (out / "report.txt").write_text(report + "\n")
     (out / "report.json").write_text(json.dumps({
-        "model": opts.model, "target": opts.target,
-        "tasks": [dict(zip(["task", "dispatch", "weight", "mflop", "trials", "share",
-                            "default_ms", "tuned_ms", "speedup", "status"], r)) for r in rows],
-        "e2e": {"torch_s": e2e.torch_s, "default_s": e2e.default_s, "tuned_s": e2e.tuned_s,
-                "applied": list(e2e.applied), "max_abs_error": e2e.max_error}}, indent=2))
+        "models": names, "target": opts.target,
+        "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r)) for r in rows],
+        "e2e": {name: {"torch_s": e.torch_s, "default_s": e.default_s, "tuned_s": e.tuned_s,
+                       "applied": list(e.applied), "max_abs_error": e.max_error}
+                for name, e in e2es.items()}}, indent=2))
+    first = loaded[names[0]][2]
     return TuneResult(report, out, library,
-                      out / "e2e" / ("tuned.vmfb" if library else "default.vmfb"))
+                      first / "e2e" / ("tuned.vmfb" if e2es[names[0]].applied else "default.vmfb"))
+
+
+def _safe(name: str) -> str:
+    """A directory name for a model spec (e.g. path/to/m.py:make)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

@@ -1,0 +1,23 @@
+"""Several models tuned together: identical dispatches are one task, each model is
+checked end to end."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "small_mlp.py"
+
+
+def test_two_models_share_tasks(tmp_path):
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{DATA}:make",
+                          f"{DATA}:make_head", "--trials", "6", "--batch", "3", "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["e2e"]) == 2
+    shared = [t for t in report["tasks"] if "," in t["models"]]
+    assert shared, report["tasks"]  # the 64->128+ReLU layer is one task for both
+    assert all(t["weight"] == 2 for t in shared)
+    assert res.stdout.count("End to end (model") == 2
