@@ -60,3 +60,5 @@ def test_captured_values_pick_the_structural_matcher():
     assert not captures_outer_values(MATMUL)
     assert not captures_outer_values(ELEMENTWISE)
     assert captures_outer_values((DATA / "scale_rows.mlir").read_text())
+    # The relu's 0.0 also feeds the matmul's fill: a DAG leaf, which the DAG matcher maps.
+    assert not captures_outer_values((DATA / "mm_relu_512.mlir").read_text())

@@ -20,7 +20,7 @@ def lg(x):
 
 
 def matmul_program(ops, sketch, m, n, k, par=(0, 1), unroll=2):
-    """MATMUL is 64x48x32 (i, j, k); m, n: (a, b, c) split lengths; k: (r1,)."""
+    """MATMUL is 64x48x32 (i, j, k); m, n: (a, b, c) split lengths; k: (r1, v)."""
     return Program(sketch, (SplitStep("op1_matmul", 0, m), SplitStep("op1_matmul", 1, n),
                             SplitStep("op1_matmul", 2, k), ParallelStep("op1_matmul", par),
                             UnrollStep("op1_matmul", unroll), VectorizeStep("op1_matmul")))
@@ -30,7 +30,7 @@ def test_loop_nest_features_are_exact():
     ops = ops_of(MATMUL)
     sk = generate_sketches(ops, default_cpu_rules())[0]
     m, n, k = (ops[1].extents[i] for i in range(3))
-    prog = matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8,))
+    prog = matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1))
     assert violations(ops, prog) == []
     f = program_features(ops, prog)
     assert f.shape == (2, len(FEATURE_NAMES))  # fill + matmul
@@ -58,9 +58,9 @@ def test_loop_nest_features_are_exact():
 def test_features_separate_programs():
     ops = ops_of(MATMUL)
     sk = generate_sketches(ops, default_cpu_rules())[0]
-    progs = [matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8,)),
-             matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8,), unroll=4),
-             matmul_program(ops, sk, (1, 8, 2), (2, 3, 4), (32,), unroll=1, par=(0,))]
+    progs = [matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1)),
+             matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1), unroll=4),
+             matmul_program(ops, sk, (1, 8, 2), (2, 3, 4), (32, 4), unroll=1, par=(0,))]
     assert all(violations(ops, p) == [] for p in progs)
     a, b, c = (program_features(ops, p) for p in progs)
     assert not np.array_equal(a, b) and not np.array_equal(a, c)

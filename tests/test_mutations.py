@@ -7,7 +7,7 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.mutations import (crossover, mutate, mutate_parallel,
-                                                mutate_tile_size, mutate_unroll)
+                                                mutate_tile_size, mutate_unroll, split_levels)
 from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
@@ -50,9 +50,7 @@ def test_tile_size_mutation_moves_one_factor():
                    if a != b and isinstance(a, SplitStep)]
         assert len(changed) == 1
         a, b = changed[0]
-        ext = ops[1].extents[a.loop]
-        levels_a = [ext // math.prod(a.lengths), *a.lengths]
-        levels_b = [ext // math.prod(b.lengths), *b.lengths]
+        levels_a, levels_b = split_levels(ops[1], a), split_levels(ops[1], b)
         ratios = sorted(x / y for x, y in zip(levels_a, levels_b) if x != y)
         assert len(ratios) == 2 and math.isclose(ratios[0] * ratios[1], 1.0)  # p and 1/p
 
@@ -119,3 +117,15 @@ def test_crossover_needs_same_sketch():
     rng = random.Random(0)
     a, b = annotate(ops, sks[0], rng), annotate(ops, sks[1], rng)
     assert crossover(ops, a, b, rng) is None
+
+
+def test_split_levels_round_trip():
+    from mlir_ansor.sketch_passes.mutations import from_levels
+
+    ops = ops_of(MATMUL)  # 64x48x32
+    mm = ops[1]
+    for step, levels in ((SplitStep(mm.name, 0, (2, 4, 8)), [1, 2, 4, 8]),
+                         (SplitStep(mm.name, 2, (16, 4)), [2, 4, 4]),
+                         (SplitStep(mm.name, 2, (16,)), [2, 16])):
+        assert split_levels(mm, step) == levels
+        assert from_levels(mm, step, levels) == step

@@ -60,12 +60,15 @@ def test_annotation_respects_extents_and_register_tile():
         inner = 1
         for s in splits:
             ext = ops[1].extents[s.loop]
-            prod = 1
-            for x in s.lengths:
-                prod *= x
-            assert ext % prod == 0
             if ops[1].iterators[s.loop] == "parallel":
+                prod = 1
+                for x in s.lengths:
+                    prod *= x
+                assert ext % prod == 0
                 inner *= s.lengths[-1]
+            else:  # (r1, v): v tiles r1, r1 tiles the reduction
+                r1, v = s.lengths
+                assert ext % r1 == 0 and r1 % v == 0 and v <= 16
         assert inner <= 256
 
 

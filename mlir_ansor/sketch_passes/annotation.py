@@ -85,11 +85,12 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
         window = window_loops(root)
         for l in root.reduction_dims:
             r1 = rng.choice(divisors(root.extents[l]))
-            if window is None or l in window:
+            if window is not None and l in window:
                 prog = prog.with_step(SplitStep(root.name, l, (r1,)))
             else:
-                # Window ops keep a vector reduction (e.g. input channels) in the innermost
-                # tile: after unit window dims fold away it is a contraction, not a product.
+                # A vector reduction in the innermost tile: for window ops (input channels)
+                # it stays a contraction once unit window dims fold away; for contractions
+                # it lets a weight read along k (nn.Linear) load contiguous rows.
                 v = rng.choice([d for d in divisors(r1) if d <= MAX_OTHER_INNER])
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
         outer = [l for l in root.parallel_dims
@@ -169,7 +170,7 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
             errs.append("local tile too large")
         for l in base.reduction_dims:
             s = prog.split(base.name, l)
-            want = 1 if window is None or l in window else 2
+            want = 1 if window is not None and l in window else 2
             if s is None or len(s.lengths) != want:
                 errs.append(f"reduction loop {l}: needs {want} split levels")
             elif base.extents[l] % s.lengths[0]:

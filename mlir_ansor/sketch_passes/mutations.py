@@ -29,6 +29,23 @@ def _prime_factors(n: int) -> list[int]:
     return out
 
 
+def split_levels(op: OpInfo, step: SplitStep) -> list[int]:
+    """Trip counts of the loop's levels, outermost first. Parallel lengths are separate
+    levels; a reduction's (r1, v) is nested (v tiles r1)."""
+    ext = op.extents[step.loop]
+    if op.iterators[step.loop] == "parallel":
+        return [ext // math.prod(step.lengths), *step.lengths]
+    ls = step.lengths
+    return [ext // ls[0]] + [a // b for a, b in zip(ls, ls[1:])] + [ls[-1]]
+
+
+def from_levels(op: OpInfo, step: SplitStep, levels: list[int]) -> SplitStep:
+    if op.iterators[step.loop] == "parallel":
+        return SplitStep(step.op, step.loop, tuple(levels[1:]))
+    inner = [math.prod(levels[i:]) for i in range(1, len(levels))]
+    return SplitStep(step.op, step.loop, tuple(inner))
+
+
 def _replace(prog: Program, old: Step, new: Step) -> Program:
     return Program(prog.sketch, tuple(new if s is old else s for s in prog.steps))
 
@@ -50,7 +67,7 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -
     if not splits:
         return None
     step = rng.choice(splits)
-    levels = [base.extents[step.loop] // math.prod(step.lengths), *step.lengths]
+    levels = split_levels(base, step)
     src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
     if levels[src] == 1:
         return None
@@ -58,7 +75,7 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -
     dst = rng.choice([i for i in range(len(levels)) if i != src])
     levels[src] //= p
     levels[dst] *= p
-    return _checked(ops, _replace(prog, step, SplitStep(step.op, step.loop, tuple(levels[1:]))))
+    return _checked(ops, _replace(prog, step, from_levels(base, step, levels)))
 
 
 def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:

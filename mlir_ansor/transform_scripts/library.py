@@ -54,19 +54,26 @@ def match_task_dag(target: ir.Value, task_mlir: str, anchor_name: str) -> None:
 
 
 def captures_outer_values(task_mlir: str) -> bool:
-    """Whether an op body uses a value defined outside it (e.g. a scalar constant). IREE's
-    DAG matcher never matches such patterns (verified on 3.13), so they need
-    `match_task_structure`."""
+    """Whether an op body uses a value from outside it that no op of the DAG takes as an
+    operand (e.g. a scalar constant only the body reads). IREE's DAG matcher never matches
+    such patterns (verified on 3.13: the same constant also feeding a linalg.fill is fine),
+    so they need `match_task_structure`."""
     with ir.Context():
         module = ir.Module.parse(task_mlir)
-        for op in _linalg_ops(module.operation):
+        linalg = _linalg_ops(module.operation)
+        leaves = {_key(v) for op in linalg for v in op.operands}
+        for op in linalg:
             for block in op.regions[0].blocks:
                 for inner in block.operations:
                     for v in inner.operands:
                         owner = v.owner.owner if isinstance(v.owner, ir.Block) else v.owner
-                        if not _inside(owner, op):
+                        if not _inside(owner, op) and _key(v) not in leaves:
                             return True
     return False
+
+
+def _key(v: ir.Value) -> str:
+    return v.get_name()
 
 
 def _inside(op, ancestor: ir.Operation) -> bool:

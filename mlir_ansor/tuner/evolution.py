@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -42,7 +42,7 @@ class EvolutionPolicy:
         self.task = task
         self.cfg = cfg
         self.rng = random.Random(f"{seed}:{task.key}:evo")
-        self.model = CostModel(task.ops, CostModelConfig(**{**cfg.model.__dict__, "seed": seed}))
+        self.model = CostModel(task.ops, replace(cfg.model, seed=seed))
 
     def _random(self, n: int, exclude: set[str]) -> list[Program]:
         out: list[Program] = []
