@@ -6,7 +6,7 @@ module attributes {transform.with_named_sequence} {
     %1 = transform.apply_registered_pass "iree-eliminate-empty-tensors" to %0 : (!transform.any_op) -> !transform.any_op
     %2 = transform.structured.match interface{TilingInterface} in %1 : (!transform.any_op) -> !transform.any_op
     %3:2 = transform.split_handle %2 : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-    %tiled_op, %forall_op = transform.structured.tile_using_forall %3#1 tile_sizes [64, 128, 0](mapping = [#gpu.block<y>, #gpu.block<x>]) : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %tiled_op, %forall_op = transform.structured.tile_using_forall %3#1 tile_sizes [64, 0, 0](mapping = [#gpu.block<x>]) : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.iree.populate_workgroup_count_region_using_num_threads_slice %forall_op : (!transform.any_op) -> ()
     %fused_op, %new_containing_op = transform.structured.fuse_into_containing_op %3#0 into %forall_op : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.apply_patterns to %1 {
@@ -16,7 +16,7 @@ module attributes {transform.with_named_sequence} {
       transform.apply_patterns.canonicalization
     } : !transform.any_op
     transform.apply_cse to %1 : !transform.any_op
-    %transformed, %loops:2 = transform.structured.fuse %tiled_op tile_sizes [16, 32, 0] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+    %transformed, %loops:2 = transform.structured.fuse %tiled_op tile_sizes [32, 32, 0] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
     %4 = transform.structured.match interface{TilingInterface} in %loops#1 : (!transform.any_op) -> !transform.any_op
     %5:2 = transform.split_handle %4 : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.apply_patterns to %1 {
@@ -41,7 +41,6 @@ module attributes {transform.with_named_sequence} {
     } : !transform.any_op
     transform.apply_cse to %1 : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %loops_4 : !transform.any_op
-    transform.loop.unroll %loops_4 factor = 2 : !transform.any_op
     %6 = transform.apply_registered_pass "iree-eliminate-empty-tensors" to %1 : (!transform.any_op) -> !transform.any_op
     %7 = transform.iree.bufferize %6 : (!transform.any_op) -> !transform.any_op
     transform.iree.forall_to_workgroup %7 : (!transform.any_op) -> ()
