@@ -7,9 +7,7 @@ report under --out, and prints the result table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import warnings
 from pathlib import Path
 
 from mlir_ansor.errors import AnsorError

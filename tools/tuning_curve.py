@@ -21,7 +21,7 @@ from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Record, RecordStore
 from mlir_ansor.tuner.search import SearchConfig, round_robin
 from mlir_ansor.tuner.policies import POLICIES
-from mlir_ansor.tuner.tasks import Task, extract_tasks, flow_source
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
 
 WORKLOADS = {"matmul": matmul_1024, "conv": resnet50_last_conv}

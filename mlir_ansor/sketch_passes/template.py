@@ -9,7 +9,6 @@ cannot configure the dispatch: such tasks have no template space (`template_sket
 """
 from __future__ import annotations
 
-import math
 import random
 from typing import Sequence
 

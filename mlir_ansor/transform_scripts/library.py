@@ -12,7 +12,6 @@ from typing import Sequence
 
 from iree.compiler import ir
 from iree.compiler.dialects import transform
-from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op

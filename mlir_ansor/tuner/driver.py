@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -14,10 +13,8 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.tuner.e2e import end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
-from mlir_ansor.tuner.records import Record
-from mlir_ansor.tuner.report_plot import plot_tuning_curveStore, best_by_task
 from mlir_ansor.tuner.policies import POLICIES
-from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
 from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks
