@@ -27,6 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policy", choices=["evolution", "random"], default="evolution",
                    help="search policy: evolutionary search on the cost model (default) or "
                         "random sampling")
+    p.add_argument("--reuse", type=Path, nargs="*", default=[], metavar="RECORDS",
+                   help="records files of earlier runs: warm-start the cost model and offer "
+                        "their best programs for export (not counted in --trials)")
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
     return p.parse_args(argv)
@@ -40,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(TuneOptions(model=args.model[0], models=tuple(args.model),
                                  trials=args.trials, target=args.target,
                                  out=args.out, seed=args.seed, batch=args.batch,
-                                 policy=args.policy, scheduler=args.scheduler))
+                                 policy=args.policy, scheduler=args.scheduler,
+                                 reuse=tuple(args.reuse)))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -34,6 +34,8 @@ class TuneOptions:
     policy: str = "evolution"
     scheduler: str = "gradient"  # or "round_robin"
     top_k: int = 3  # best candidates per task re-timed side by side before export
+    reuse: tuple[Path, ...] = ()  # records of earlier runs: warm-start the cost model, and
+    # their programs compete for export (apply-best); never counted in this run's budget
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -136,6 +138,11 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     records = [r for r in store.load() if r.target == opts.target]
     keys = [t.key for t in tunable]
     done = sum(1 for r in records if r.task_key in set(keys))
+    for f in opts.reuse:
+        if not Path(f).exists():
+            raise AnsorError(f"records file to reuse not found: {f}")
+        records += [r for r in RecordStore(f).load()
+                    if r.target == opts.target and r.task_key in set(keys)]
     bar = tqdm(total=opts.trials, initial=min(done, opts.trials), desc="trials", unit="trial")
 
     def on_record(task: Task, r) -> None:

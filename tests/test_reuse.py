@@ -1,0 +1,31 @@
+"""Records of an earlier run are reused: no new measurement, and their best programs
+compete for export."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+
+
+def tune(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlir_ansor.tune", MODEL, "--batch", "2",
+                           "--out", str(out), *extra], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_reuse_earlier_records(tmp_path):
+    first = tune(tmp_path / "a", "--trials", "4")
+    assert first.returncode == 0, first.stderr[-2000:]
+    old = tmp_path / "a" / "records.jsonl"
+    n_old = len(old.read_text().splitlines())
+    second = tune(tmp_path / "b", "--trials", "0", "--reuse", str(old))
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert not (tmp_path / "b" / "records.jsonl").exists() or \
+        not (tmp_path / "b" / "records.jsonl").read_text().strip()
+    tasks = json.loads((tmp_path / "b" / "report.json").read_text())["tasks"]
+    assert sum(t["trials"] for t in tasks) == n_old  # the reused records are what it saw
+    assert any(t["tuned_ms"] != "-" for t in tasks)  # and their best programs were re-timed
+    missing = tune(tmp_path / "c", "--trials", "0", "--reuse", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and "nope.jsonl" in missing.stderr
