@@ -179,15 +179,16 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         elif op.name in _STORES:
             out_values.append(op.operands[0])
             to_erase.append(op)
-        elif op.name == _SUBSPAN:
-            to_erase.append(op)
+        # Bindings are left to the dead-op sweep below: views of them (memref.subview of an
+        # output written into a padded buffer) must go first, or erasing a binding that
+        # still has users corrupts the heap.
     if not out_values:
         raise UnsupportedDispatch(f"dispatch {name}: writes no tensor")
     terminator = ops[-1].operation
     with ir.InsertionPoint.at_block_terminator(block), loc:
         ir.Operation.create("func.return", operands=out_values)
     terminator.erase()
-    for op in reversed(to_erase):  # stores first, then loads, then bindings
+    for op in reversed(to_erase):  # stores first, then loads
         op.erase()
     for _ in range(n_orig_args):
         block.erase_argument(0)
