@@ -25,3 +25,38 @@ def print_strategy(payload: str, sketch_index: int, seed: int) -> None:
     with ir.Context(), ir.Location.unknown():
         print(emit_standalone(ops, prog))
     sys.stdout.flush()
+
+
+def library_for(payload_path, work, task_id: str, seed: int):
+    """Export a one-task library for the dispatch IREE forms from a payload file (as the
+    tuner does); returns (library path, toolchain)."""
+    from pathlib import Path
+
+    from mlir_ansor.transform_scripts.library import TunedEntry, library_text
+    from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+    from mlir_ansor.tuner.toolchain import Toolchain
+
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    tools = Toolchain.find()
+    task = extract_tasks(flow_source(Path(payload_path), "llvm-cpu", tools, 300))[0]
+    ops, prog = program_of(task.task_mlir, 0, seed=seed)
+    lib = work / "lib.mlir"
+    lib.write_text(library_text([TunedEntry(task_id, task.task_mlir, tuple(ops), prog)]))
+    return lib, tools
+
+
+def compile_with(tools, src, lib, work, name: str) -> None:
+    """Compile `src` with the library; print the return code and the applied strategies."""
+    from pathlib import Path
+
+    from mlir_ansor.tuner.measure import applied_strategies
+    from mlir_ansor.tuner.toolchain import run_isolated, target_flags
+
+    cfg = Path(work) / f"cfg_{name}"
+    res = run_isolated([tools.compile, str(src), *target_flags("llvm-cpu"),
+                        f"--iree-codegen-transform-dialect-library={lib}",
+                        f"--iree-hal-dump-executable-configurations-to={cfg}",
+                        "-o", str(Path(work) / f"{name}.vmfb")], 120, 6 << 30)
+    print(name, "rc", res.returncode, "applied", sorted(applied_strategies(cfg)))
+    sys.stdout.flush()

@@ -159,6 +159,19 @@ def _build_action(entry: TunedEntry) -> None:
         transform.YieldOp([])
 
 
+def build_kernel_config(pairs: Sequence[tuple[str, str]]) -> transform.NamedSequenceOp:
+    """`@__kernel_config`: `foreach_match` over the dispatch with (matcher, action) pairs."""
+    entry = transform.NamedSequenceOp("__kernel_config", [any_op()], [any_op()],
+                                      arg_attrs=[{"transform.consumed": ir.UnitAttr.get()}])
+    with ir.InsertionPoint(entry.body):
+        res = transform.ForeachMatchOp(
+            any_op(), [], entry.bodyTarget, [],
+            ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(m) for m, _ in pairs]),
+            ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(a) for _, a in pairs]))
+        transform.YieldOp([res.results[0]])
+    return entry
+
+
 def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
     """The whole library (strategies, matchers, actions, `@__kernel_config`). Needs a context."""
     module = ir.Module.create()
@@ -169,14 +182,7 @@ def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
         for e in entries:
             _build_matcher(e, op_by_name(e.ops, e.program.sketch.anchor).op_name)
             _build_action(e)
-        entry = transform.NamedSequenceOp("__kernel_config", [any_op()], [any_op()],
-                                          arg_attrs=[{"transform.consumed": ir.UnitAttr.get()}])
-        with ir.InsertionPoint(entry.body):
-            matchers = [ir.FlatSymbolRefAttr.get(f"match_{e.task_id}") for e in entries]
-            actions = [ir.FlatSymbolRefAttr.get(f"apply_{e.task_id}") for e in entries]
-            res = transform.ForeachMatchOp(any_op(), [], entry.bodyTarget, [],
-                                           ir.ArrayAttr.get(matchers), ir.ArrayAttr.get(actions))
-            transform.YieldOp([res.results[0]])
+        build_kernel_config([(f"match_{e.task_id}", f"apply_{e.task_id}") for e in entries])
     if not module.operation.verify():
         raise ValueError("transform library does not verify")
     return module

@@ -18,7 +18,7 @@ from mlir_ansor.dialect_helpers.linalg_info import OpInfo, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.transform_scripts.library import match_task_dag
+from mlir_ansor.transform_scripts.library import build_kernel_config, match_task_dag
 
 TEMPLATE_RULE = "IREETemplate"
 
@@ -118,17 +118,10 @@ def build_tuning_spec(entries: Sequence[SpecEntry]) -> ir.Module:
                                        transform.ParamConstantOp(param_t, lc).result])
                 else:
                     transform.YieldOp([h, cfg])
-        entry = transform.NamedSequenceOp("__kernel_config", [any_op()], [any_op()],
-                                          arg_attrs=[{"transform.consumed": ir.UnitAttr.get()}])
+        entry = build_kernel_config([
+            (f"match_{e.task_id}", "apply_op_config" if e.program.sketch.anchor ==
+             e.program.sketch.root else "apply_fused_config") for e in entries])
         entry.operation.attributes["iree_codegen.tuning_spec_entrypoint"] = ir.UnitAttr.get()
-        with ir.InsertionPoint(entry.body):
-            matchers = [ir.FlatSymbolRefAttr.get(f"match_{e.task_id}") for e in entries]
-            actions = [ir.FlatSymbolRefAttr.get(
-                "apply_op_config" if e.program.sketch.anchor == e.program.sketch.root
-                else "apply_fused_config") for e in entries]
-            res = transform.ForeachMatchOp(any_op(), [], entry.bodyTarget, [],
-                                           ir.ArrayAttr.get(matchers), ir.ArrayAttr.get(actions))
-            transform.YieldOp([res.results[0]])
     if not module.operation.verify():
         raise ValueError("tuning spec does not verify")
     return module
