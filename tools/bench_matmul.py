@@ -98,7 +98,8 @@ def main() -> int:
     best_t, best = min(((t, p) for t, p in zip(res[1], top) if t is not None),
                        key=lambda x: x[0])
     lib = args.out / "tuned_library.mlir"
-    lib.write_text(library_text([TunedEntry(task.task_id, task.task_mlir, task.ops, best)]))
+    lib.write_text(library_text([TunedEntry(task.task_id, task.task_mlir, task.ops, best,
+                                            task.view_mlir)]))
     vmfbs = {"IREE default": args.out / "default.vmfb", "IREE data tiling": args.out / "dt.vmfb",
              "tuned": args.out / "tuned.vmfb"}
     compile_module(tools, model_mlir, vmfbs["IREE default"], cfg)

@@ -15,7 +15,6 @@ from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op
-from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
 
@@ -26,6 +25,11 @@ class TunedEntry:
     task_mlir: str  # the task's standalone function (its body is the matcher's pattern)
     ops: tuple[OpInfo, ...]
     program: Program
+    # The codegen-time form of the dispatch. Which form IREE's configuration sees depends on
+    # the dispatch (a strided 1x1 conv is already a strided slice + plain contraction there,
+    # a batch-less conv is not yet 4-D), so when it differs from task_mlir it gets a matcher
+    # of its own.
+    view_mlir: str = ""
 
 
 def strategy_name(task_id: str) -> str:
@@ -135,14 +139,21 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
             _match_dims(h, op)
 
 
-def _build_matcher(entry: TunedEntry, anchor_name: str) -> None:
-    seq = transform.NamedSequenceOp(f"match_{entry.task_id}", [any_op()], [any_op()],
-                                    arg_attrs=[_readonly()])
+def _patterns(entry: TunedEntry) -> list[tuple[str, str]]:
+    """(matcher name, pattern) pairs of an entry."""
+    out = [(f"match_{entry.task_id}", entry.task_mlir)]
+    if entry.view_mlir and entry.view_mlir != entry.task_mlir:
+        out.append((f"match_{entry.task_id}_view", entry.view_mlir))
+    return out
+
+
+def _build_matcher(name: str, pattern: str) -> None:
+    seq = transform.NamedSequenceOp(name, [any_op()], [any_op()], arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
-        if captures_outer_values(entry.task_mlir):
-            match_task_structure(seq.bodyTarget, entry.task_mlir)
+        if captures_outer_values(pattern):
+            match_task_structure(seq.bodyTarget, pattern)
         else:
-            match_task_dag(seq.bodyTarget, entry.task_mlir, anchor_name)
+            match_task_dag(seq.bodyTarget, pattern, analyze_task(pattern)[-1].op_name)
         transform.YieldOp([seq.bodyTarget])
 
 
@@ -180,9 +191,11 @@ def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
         for e in entries:
             build_strategy(e.ops, e.program, strategy_name(e.task_id))
         for e in entries:
-            _build_matcher(e, op_by_name(e.ops, e.program.sketch.anchor).op_name)
+            for name, pattern in _patterns(e):
+                _build_matcher(name, pattern)
             _build_action(e)
-        build_kernel_config([(f"match_{e.task_id}", f"apply_{e.task_id}") for e in entries])
+        build_kernel_config([(name, f"apply_{e.task_id}") for e in entries
+                             for name, _ in _patterns(e)])
     if not module.operation.verify():
         raise ValueError("transform library does not verify")
     return module

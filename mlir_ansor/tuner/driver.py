@@ -180,7 +180,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         timed[t.key] = (default_s, best_s)
         # Keep a strategy only where it beat IREE's default on this machine.
         if best_s < default_s:
-            entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_p))
+            entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_p, t.view_mlir))
             entry_key[t.task_id] = t.key
     library = None
     if entries:

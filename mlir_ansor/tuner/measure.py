@@ -33,7 +33,7 @@ from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 @dataclass(frozen=True)
 class MeasureConfig:
     target: str = "llvm-cpu"
-    compile_timeout_s: float = 20.0  # one candidate (a single dispatch)
+    compile_timeout_s: float = 10.0  # one candidate (valid ones take 0.3-3 s)
     model_compile_timeout_s: float = 900.0  # a whole model (end-to-end checks)
     run_timeout_s: float = 60.0
     compile_mem_bytes: int = 6 << 30
@@ -214,7 +214,8 @@ class TaskMeasurer:
             else:
                 lib = cand_dir / "library.mlir"
                 lib.write_text(library_text([TunedEntry(self.task.task_id, self.task.task_mlir,
-                                                        self.task.ops, program)]))
+                                                        self.task.ops, program,
+                                                        self.task.view_mlir)]))
         except Exception as e:  # an emitter bug must not stop the search
             return "compile_error", f"emit: {type(e).__name__}: {e}"
         cfg_dir = cand_dir / "configs"

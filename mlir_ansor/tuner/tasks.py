@@ -33,6 +33,7 @@ class Task:
     ops: tuple[OpInfo, ...] = ()
     sketches: tuple[Sketch, ...] = ()
     skip_reason: str = ""  # why the task is left to IREE's default
+    view_mlir: str = ""  # the payload as codegen hands it over (set by with_codegen_view)
 
     @property
     def flops(self) -> int:
@@ -116,4 +117,4 @@ def with_codegen_view(task: Task, configured: str) -> Task:
         view = codegen_view(configured)
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    return _analyzed(task, view.task_mlir)
+    return _analyzed(replace(task, view_mlir=view.task_mlir), view.task_mlir)
