@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
@@ -113,6 +113,22 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
         prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
         prog = prog.with_step(VectorizeStep(anchor.name))
     return prog
+
+
+def sample_unmeasured(sample: Callable[[], Program], n: int, measured: set[str], tries: int,
+                      keep: Callable[[Program], bool] = lambda p: True) -> list[Program]:
+    """Up to `n` distinct programs from `sample()` whose keys are not in `measured` and that
+    `keep` accepts, drawing at most `n * tries` times."""
+    out: list[Program] = []
+    seen = set(measured)
+    for _ in range(n * tries):
+        if len(out) == n:
+            break
+        p = sample()
+        if p.key not in seen and keep(p):
+            seen.add(p.key)
+            out.append(p)
+    return out
 
 
 def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,

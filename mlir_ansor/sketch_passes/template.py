@@ -14,7 +14,8 @@ from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.sketch_passes.annotation import (MAX_REGISTER_TILE, _inner_limit, divisors,
-                                                 op_by_name, window_loops, window_rows)
+                                                 op_by_name, sample_unmeasured, window_loops,
+                                                 window_rows)
 from mlir_ansor.sketch_passes.program import Program, SplitStep
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.transform_scripts.tuning_spec import TEMPLATE_RULE
@@ -72,12 +73,5 @@ class TemplatePolicy:
     def propose(self, n: int, measured: set[str], records=()) -> list[Program]:
         if self.sketch is None:
             return []
-        out, seen = [], set(measured)
-        for _ in range(n * 50):
-            if len(out) == n:
-                break
-            p = sample_template(self.task.ops, self.sketch, self.rng)
-            if p.key not in seen:
-                seen.add(p.key)
-                out.append(p)
-        return out
+        return sample_unmeasured(lambda: sample_template(self.task.ops, self.sketch, self.rng),
+                                 n, measured, 50)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.cost_model import CostModel, CostModelConfig
@@ -45,17 +45,10 @@ class EvolutionPolicy:
         self.model = CostModel(task.ops, replace(cfg.model, seed=seed))
 
     def _random(self, n: int, exclude: set[str]) -> list[Program]:
-        out: list[Program] = []
-        seen = set(exclude)
-        sketches = self.task.sketches
-        for _ in range(n * 4):
-            if len(out) == n:
-                break
-            p = annotate(self.task.ops, sketches[self.rng.randrange(len(sketches))], self.rng)
-            if p.key not in seen and not violations(self.task.ops, p):
-                seen.add(p.key)
-                out.append(p)
-        return out
+        sketches, ops = self.task.sketches, self.task.ops
+        return sample_unmeasured(
+            lambda: annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng),
+            n, exclude, 4, keep=lambda p: not violations(ops, p))
 
     def _select(self, pop: Sequence[Program], scores: np.ndarray, k: int) -> list[int]:
         w = np.maximum(scores, 0) + 1e-6

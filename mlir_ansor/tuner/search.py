@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
@@ -40,18 +40,10 @@ class RandomPolicy:
         self.max_resample = max_resample
 
     def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
-        max_resample = self.max_resample
-        out: list[Program] = []
-        seen = set(measured)
-        for _ in range(n * max_resample):
-            if len(out) == n:
-                break
-            sk = self.task.sketches[self.rng.randrange(len(self.task.sketches))]
-            p = annotate(self.task.ops, sk, self.rng)
-            if p.key not in seen:
-                seen.add(p.key)
-                out.append(p)
-        return out
+        sketches = self.task.sketches
+        return sample_unmeasured(
+            lambda: annotate(self.task.ops, sketches[self.rng.randrange(len(sketches))],
+                             self.rng), n, measured, self.max_resample)
 
 
 def loop_signature(task: Task) -> tuple:
