@@ -46,3 +46,14 @@ def test_append_never_truncates(tmp_path):
     before = store.path.read_text()
     RecordStore(tmp_path / "r.jsonl").append(_record(2, 1e-3))
     assert store.path.read_text().startswith(before)
+
+
+def test_top_programs_are_distinct_and_fastest_first():
+    from mlir_ansor.tuner.records import top_programs
+
+    a, b, c = _record(1, 3e-3), _record(2, 1e-3), _record(3, 2e-3)
+    again = _record(2, 0.5e-3)  # the same program as b, measured again faster
+    failed = _record(4, None)
+    top = top_programs([a, b, c, again, failed], "k", 2)
+    assert [p.key for p in top] == [b.program_key, c.program_key]
+    assert len(top_programs([a, b, c, again, failed], "k", 10)) == 3

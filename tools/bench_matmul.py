@@ -23,7 +23,7 @@ import torch
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer, benchmark, compile_module
-from mlir_ansor.tuner.records import RecordStore
+from mlir_ansor.tuner.records import RecordStore, top_programs
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.search import SearchConfig, round_robin
 from mlir_ansor.tuner.tasks import flow_source, extract_tasks
@@ -88,9 +88,9 @@ def main() -> int:
     print()
     for extra in args.records:
         records += [r for r in RecordStore(extra).load() if r.task_key == task.key]
-    ok = sorted((r for r in records if r.task_key == task.key and r.ok and
-                 r.to_program().sketch in task.sketches), key=lambda r: r.latency_s)
-    top = list({r.program_key: r.to_program() for r in ok[:3]}.values())
+    ok = [r for r in records if r.task_key == task.key and r.ok and
+          r.to_program().sketch in task.sketches]
+    top = top_programs(ok, task.key, 3)
     res = m.remeasure(top)
     if res is None or all(t is None for t in res[1]):
         print("no valid tuned program", file=sys.stderr)

@@ -14,7 +14,7 @@ from mlir_ansor.tuner.e2e import end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.policies import POLICIES
-from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
+from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
 from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks
@@ -46,20 +46,6 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-def _top_programs(records: list[Record], task_key: str, k: int):
-    """The `k` fastest distinct valid programs of a task, by their search-time latency."""
-    ok = sorted((r for r in records if r.task_key == task_key and r.ok),
-                key=lambda r: r.latency_s)
-    out, seen = [], set()
-    for r in ok:
-        if r.program_key not in seen:
-            seen.add(r.program_key)
-            out.append(r.to_program())
-        if len(out) == k:
-            break
-    return out
 
 
 @dataclass(frozen=True)
@@ -137,12 +123,13 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     store = RecordStore(out / "records.jsonl")
     records = [r for r in store.load() if r.target == opts.target]
     keys = [t.key for t in tunable]
-    done = sum(1 for r in records if r.task_key in set(keys))
+    key_set = set(keys)
+    done = sum(1 for r in records if r.task_key in key_set)
     for f in opts.reuse:
         if not Path(f).exists():
             raise AnsorError(f"records file to reuse not found: {f}")
         records += [r for r in RecordStore(f).load()
-                    if r.target == opts.target and r.task_key in set(keys)]
+                    if r.target == opts.target and r.task_key in key_set]
     bar = tqdm(total=opts.trials, initial=min(done, opts.trials), desc="trials", unit="trial")
 
     def on_record(task: Task, r) -> None:
@@ -168,7 +155,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     entries: list[TunedEntry] = []
     entry_key: dict[str, str] = {}
     for t in tunable:
-        top = _top_programs(records, t.key, opts.top_k)
+        top = top_programs(records, t.key, opts.top_k)
         res = measurers[t.key].remeasure(top) if top else None
         if res is None:
             continue

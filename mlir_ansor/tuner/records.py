@@ -95,6 +95,17 @@ class RecordStore:
                 yield rec
 
 
+def top_programs(records: list[Record], task_key: str, k: int) -> list[Program]:
+    """The `k` fastest distinct valid programs of a task, by their recorded latency."""
+    out: dict[str, Program] = {}
+    for r in sorted((r for r in records if r.task_key == task_key and r.ok),
+                    key=lambda r: r.latency_s):
+        if len(out) == k:
+            break
+        out.setdefault(r.program_key, r.to_program())
+    return list(out.values())
+
+
 def best_by_task(records: list[Record]) -> dict[str, Record]:
     best: dict[str, Record] = {}
     for r in records:

@@ -10,7 +10,7 @@ from typing import Callable, Protocol, Sequence
 
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.tuner.records import Record, RecordStore
+from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
 from mlir_ansor.tuner.tasks import Task
 
@@ -72,11 +72,6 @@ def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
     return len(mine) >= batch and all(r.status == "not_applied" for r in mine)
 
 
-def _best(records: Sequence[Record], key: str) -> float | None:
-    ok = [r.latency_s for r in records if r.task_key == key and r.ok]
-    return min(ok) if ok else None
-
-
 def round_robin_scheduler(tasks: Sequence[Task], seed: int = 0) -> TaskScheduler:
     keys = [t.key for t in tasks]
     return TaskScheduler(keys, {k: 1.0 for k in keys}, {k: () for k in keys},
@@ -96,8 +91,9 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
     by_key = {t.key: t for t in tunable}
     scheduler = scheduler or round_robin_scheduler(tunable, cfg.seed)
     policies = {t.key: policy(t, cfg.seed) for t in tunable}
+    bests = best_by_task(records)
     for t in tunable:  # resume: the measurer and the scheduler know the best so far
-        best = _best(records, t.key)
+        best = bests[t.key].latency_s if t.key in bests else None
         if best is not None and getattr(measurers[t.key], "best_s", None) is None:
             measurers[t.key].best_s = best
         if any(r.task_key == t.key for r in records):
@@ -126,8 +122,8 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
             records.append(r)
             on_record(task, r)
         spent += len(progs)
-        best = _best(records, key)
-        scheduler.update(key, best if best is not None else math.inf)
+        b = best_by_task(records).get(key)
+        scheduler.update(key, b.latency_s if b else math.inf)
 
 
 def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
