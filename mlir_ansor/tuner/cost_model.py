@@ -74,6 +74,10 @@ class CostModel:
     def fit(self, programs: Sequence[Program], labels: np.ndarray) -> None:
         """Train from scratch on programs and their normalized throughputs."""
         labels = np.asarray(labels, dtype=np.float64)
+        # Keep the features of the training programs only: the candidates scored since the
+        # last round would otherwise pile up for the whole run (features are pure, so this
+        # changes no prediction).
+        self._cache = {p.key: self.features(p) for p in programs}
         if int((labels > 0).sum()) < self.cfg.min_valid:
             self.booster = None
             return

@@ -228,17 +228,18 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
     unique = {lvl: 0 for lvl in LEVELS}
     for b, o in enumerate(buffers):
         slot = b if b < len(buffers) - 1 else MAX_BUFFERS - 1
+        fp = {lvl: _footprint(o, nest.tiles[lvl]) for lvl in LEVELS}
         for lvl in LEVELS:
-            fp = _footprint(o, nest.tiles[lvl])
-            unique[lvl] += fp * o.elem_bytes
-            put(f"b{slot}_bytes_{lvl}", fp * o.elem_bytes)
-        put(f"b{slot}_reuse_reg", level_iters["reg"] / _footprint(o, nest.tiles["reg"]))
-        put(f"b{slot}_reuse_s2", level_iters["s2"] / _footprint(o, nest.tiles["s2"]))
+            unique[lvl] += fp[lvl] * o.elem_bytes
+            put(f"b{slot}_bytes_{lvl}", fp[lvl] * o.elem_bytes)
+        put(f"b{slot}_reuse_reg", level_iters["reg"] / fp["reg"])
+        put(f"b{slot}_reuse_s2", level_iters["s2"] / fp["s2"])
         put(f"b{slot}_stride", _stride(o, nest.vector_loop))
         put(f"b{slot}_lines_reg", _lines(o, nest.tiles["reg"]))
         put(f"b{slot}_total_bytes", math.prod(o.shape) * o.elem_bytes if o.shape else 0)
+    output_fp = fp  # the output is the last buffer
     if role == "root" and (sk.cache_write or sk.fuse_consumer):
-        put("alloc_local_bytes", _footprint(op.output, nest.tiles["s1"]) * op.output.elem_bytes)
+        put("alloc_local_bytes", output_fp["s1"] * op.output.elem_bytes)
     if role == "root":
         put("alloc_acc_bytes", reg_tile * op.output.elem_bytes)
     body = max(op.body_ops, 1) if op.is_linalg else 0
