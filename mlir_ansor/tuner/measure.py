@@ -219,13 +219,10 @@ class TaskMeasurer:
         except Exception as e:  # an emitter bug must not stop the search
             return "compile_error", f"emit: {type(e).__name__}: {e}"
         cfg_dir = cand_dir / "configs"
-        dump = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
-        if template:
-            res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg,
-                                 extra=dump, tuning_spec=lib)
-        else:
-            res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg, lib,
-                                 dump)
+        res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg,
+                             library=None if template else lib,
+                             extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"],
+                             tuning_spec=lib if template else None)
         if res.timed_out:
             return "timeout", f"compile exceeded {self.cfg.compile_timeout_s}s"
         if res.returncode != 0:
