@@ -134,7 +134,7 @@ def _extents(iterators: tuple[str, ...], operands: tuple[OperandInfo, ...]) -> t
     return tuple(int(e) for e in extents)  # type: ignore[arg-type]
 
 
-def _tileable_ops(func: ir.Operation) -> list[ir.Operation]:
+def tileable_ops(func: ir.Operation) -> list[ir.Operation]:
     ops: list[ir.Operation] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
@@ -154,10 +154,10 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
     """Ops of the task's `@main`, in payload order (the order the strategy's split_handle sees)."""
     with ir.Context() as ctx:
         module = ir.Module.parse(task_mlir, ctx)
-        names_before = [o.name for o in _tileable_ops(module.operation)]
+        names_before = [o.name for o in tileable_ops(module.operation)]
         pm = PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))")
         pm.run(module.operation)
-        ops = _tileable_ops(module.operation)
+        ops = tileable_ops(module.operation)
         if len(ops) != len(names_before):
             raise UnsupportedDispatch("generalization changed the number of ops")
         infos = []
@@ -186,7 +186,7 @@ def operand_path(task_mlir: str, start: int, target: int) -> list[int]:
     (indices in payload order)."""
     with ir.Context():
         module = ir.Module.parse(task_mlir)
-        ops = _tileable_ops(module.operation)
+        ops = tileable_ops(module.operation)
         paths: dict[int, list[int]] = {start: []}
         frontier = [start]
         while frontier:

@@ -13,7 +13,8 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import transform
 
-from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task, operand_path
+from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operand_path,
+                                                    tileable_ops)
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
@@ -63,7 +64,7 @@ def captures_outer_values(task_mlir: str) -> bool:
     so they need `match_task_structure`."""
     with ir.Context():
         module = ir.Module.parse(task_mlir)
-        linalg = _linalg_ops(module.operation)
+        linalg = [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
         leaves = {_key(v) for op in linalg for v in op.operands}
         for op in linalg:
             for block in op.regions[0].blocks:
@@ -87,19 +88,6 @@ def _inside(op, ancestor: ir.Operation) -> bool:
             return True
         p = p.parent
     return False
-
-
-def _linalg_ops(root: ir.Operation) -> list[ir.Operation]:
-    ops = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name.startswith("linalg.") and o.regions and len(o.regions[0].blocks):
-            ops.append(o)
-            return ir.WalkResult.SKIP
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return ops
 
 
 def _match_dims(target: ir.Value, op: OpInfo) -> None:
