@@ -76,3 +76,10 @@ def has_more_reduction_parallel(op: OpInfo) -> bool:
 def has_window_access(op: OpInfo) -> bool:
     """An input indexed by a sum of loops (convolution windows)."""
     return any(len(t) > 1 for o in op.operands for t in o.map_results)
+
+
+def has_strided_access(op: OpInfo) -> bool:
+    """An input indexed by a single loop times a stride > 1 (a strided 1x1 convolution as a
+    generic): the vectorizer rejects such maps, so the strategy factors out a strided slice."""
+    return any(len(t) == 1 and t[0][1] > 1 for o in op.operands if not o.is_output
+               for t in o.map_results)

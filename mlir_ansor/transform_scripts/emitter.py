@@ -19,7 +19,7 @@ from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import has_window_access
+from mlir_ansor.sketch_passes.analysis import has_strided_access, has_window_access
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
@@ -138,6 +138,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     with ir.InsertionPoint(seq.body):
         func = tb.match_names(seq.bodyTarget, ["func.func"])
         func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
+        if any(has_strided_access(o) for o in ops if o.is_linalg):
+            # extract_slice (not tileable) + a plain contraction: same ops, same loops.
+            func = tb.registered_pass(
+                func, "iree-global-opt-convert-strided-contraction-to-contraction")
         handles = tb.split(tb.match_tileable(func), len(ops))
         h = dict(zip((o.name for o in ops), handles))
 

@@ -64,6 +64,9 @@ def default_pipeline(configured: str) -> str:
     return m.group(1) if m else ""
 
 
+TASK_RESUME_FLAG = "--compile-from=global-optimization"
+
+
 def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
                    library: Path | None = None, extra: Sequence[str] = (),
                    tuning_spec: Path | None = None, timeout_s: float | None = None):
@@ -149,10 +152,18 @@ class TaskMeasurer:
     def prepare(self) -> None:
         """Compile with IREE's default codegen: the payload a strategy will see (the task's
         ops and sketches come from it), reference outputs and the baseline."""
+        # Global optimization must not run again on the dispatch: it rewrites some dispatch
+        # bodies (a strided 1x1 conv becomes slice + matmul), so codegen would see another
+        # form than in the model. Compile to the ABI once, then resume after global-opt.
+        abi_src = self.dir / "task_abi.mlir"
+        res = compile_module(self.tools, self.dir / "task.mlir", abi_src, self.cfg,
+                             extra=["--compile-to=abi"])
+        if res.returncode != 0:
+            raise RuntimeError(f"ABI lowering of {self.task.name} failed: {res.stderr[-300:]}")
+        self.src = abi_src
         vmfb = self.dir / "default.vmfb"
         cfg_dir = self.dir / "default_configs"
-        res = compile_module(self.tools, self.src, vmfb, self.cfg,
-                             extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
+        res = self._compile(vmfb, extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
         if res.returncode != 0:
             raise RuntimeError(f"default compile of {self.task.name} failed: {res.stderr[-300:]}")
         dumps = sorted(cfg_dir.glob("*.mlir"))
@@ -170,6 +181,11 @@ class TaskMeasurer:
             raise RuntimeError(f"default run of {self.task.name} failed: {err}")
         self.reference = outs
         self.default_vmfb = vmfb
+
+    def _compile(self, out: Path, extra: Sequence[str] = (), **kw):
+        """Compile the task module as the model's compile treats the dispatch (see prepare)."""
+        return compile_module(self.tools, self.src, out, self.cfg,
+                              extra=[TASK_RESUME_FLAG, *extra], **kw)
 
     def time_default(self) -> float | None:
         return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
@@ -219,10 +235,9 @@ class TaskMeasurer:
         except Exception as e:  # an emitter bug must not stop the search
             return "compile_error", f"emit: {type(e).__name__}: {e}"
         cfg_dir = cand_dir / "configs"
-        res = compile_module(self.tools, self.src, cand_dir / "cand.vmfb", self.cfg,
-                             library=None if template else lib,
-                             extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"],
-                             tuning_spec=lib if template else None)
+        res = self._compile(cand_dir / "cand.vmfb", library=None if template else lib,
+                            extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"],
+                            tuning_spec=lib if template else None)
         if res.timed_out:
             return "timeout", f"compile exceeded {self.cfg.compile_timeout_s}s"
         if res.returncode != 0:
