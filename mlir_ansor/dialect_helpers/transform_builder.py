@@ -65,6 +65,13 @@ class TB:
         op = structured.FuseOp([any_op()] * n, target, tile_sizes=list(sizes))
         return op.results[0], list(op.results[1:])
 
+    def rfactor(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, ...]:
+        """Tile the reduction loops by `sizes` into partial sums: (init fill, partial op,
+        merging op, loop)."""
+        op = structured.TileReductionUsingForOp([any_op()], any_op(), any_op(), any_op(),
+                                                target, tile_sizes=list(sizes))
+        return tuple(op.results)
+
     def vectorize(self, target: ir.Value) -> None:
         structured.VectorizeOp(target)
 
@@ -125,6 +132,11 @@ def lower_vectors(shape_casts: bool = True, transpose_16x16: bool = False) -> li
             lowering_strategy=vector.VectorTransposeLowering.Shuffle16x16 if transpose_16x16
             else vector.VectorTransposeLowering.Shuffle1D),
         vector.ApplyLowerOuterProductPatternsOp,
+        # n-D reductions (rfactor merges, row reductions) to 1-D vector.reduction.
+        *(lambda op=op: op(lowering_strategy=vector.VectorMultiReductionLowering.InnerReduction)
+          for op in (vector.ApplyReorderMultiReductionPatternsOp,
+                     vector.ApplyMultiReductionFlatteningPatternsOp,
+                     vector.ApplyMultiReductionUnrollingPatternsOp)),
         transform.ApplyCanonicalizationPatternsOp,
     ]
     return group if shape_casts else [b for b in group if b is not vector.ApplyLowerShapeCastPatternsOp]

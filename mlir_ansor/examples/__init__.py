@@ -196,3 +196,7 @@ def bert_layer():
 EXAMPLES = {"resnet_block": resnet_block, "matmul_1024": matmul_1024, "mlp": mlp,
             "resnet50_last_conv": resnet50_last_conv, "resnet50": resnet50,
             "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer}
+
+from mlir_ansor.examples.operators import SUITE  # noqa: E402  (the paper's operator suite)
+
+EXAMPLES.update(SUITE)

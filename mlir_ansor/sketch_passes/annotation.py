@@ -47,6 +47,11 @@ def window_rows(op: OpInfo) -> set[int]:
     return set(rows[:-1])
 
 
+def reduction_vector_limit(sketch: Sketch) -> int:
+    """Largest innermost reduction tile: rfactor lanes may fill a wide vector."""
+    return MAX_VECTOR_LANES if sketch.rfactor else MAX_OTHER_INNER
+
+
 def _inner_limit(op: OpInfo, loop: int) -> int:
     last = len(op.output.shape) - 1
     return MAX_VECTOR_LANES if op.output_dim_of_loop(loop) == last else MAX_OTHER_INNER
@@ -90,8 +95,12 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
             else:
                 # A vector reduction in the innermost tile: for window ops (input channels)
                 # it stays a contraction once unit window dims fold away; for contractions
-                # it lets a weight read along k (nn.Linear) load contiguous rows.
-                v = rng.choice([d for d in divisors(r1) if d <= MAX_OTHER_INNER])
+                # it lets a weight read along k (nn.Linear) load contiguous rows. With
+                # rfactor it is the number of partial sums (vector lanes).
+                lanes = [d for d in divisors(r1) if d <= reduction_vector_limit(sketch)]
+                if sketch.rfactor and l == root.reduction_dims[-1] and len(lanes) > 1:
+                    lanes = lanes[1:]  # rfactor needs at least two partial sums
+                v = rng.choice(lanes)
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
         outer = [l for l in root.parallel_dims
                  if root.extents[l] // math.prod(splits[l]) > 1]
@@ -191,8 +200,11 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
                 errs.append(f"reduction loop {l}: needs {want} split levels")
             elif base.extents[l] % s.lengths[0]:
                 errs.append(f"reduction loop {l}: {s.lengths[0]} does not divide extent")
-            elif want == 2 and (s.lengths[0] % s.lengths[1] or s.lengths[1] > MAX_OTHER_INNER):
+            elif want == 2 and (s.lengths[0] % s.lengths[1] or
+                                s.lengths[1] > reduction_vector_limit(sk)):
                 errs.append(f"reduction loop {l}: bad vector length {s.lengths[1]}")
+            elif sk.rfactor and l == base.reduction_dims[-1] and s.lengths[1] == 1 < s.lengths[0]:
+                errs.append("rfactor needs at least two partial sums")
         u = prog.find(UnrollStep, base.name)
         if u is None or u.factor not in unroll_choices(base, prog):
             errs.append("unroll factor does not divide the reduction trip count")

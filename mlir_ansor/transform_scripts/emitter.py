@@ -122,8 +122,17 @@ def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
 
 
 def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
-    """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop."""
+    """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop;
+    a reduction to chunks of its innermost reduction loop (a whole long reduction as one
+    vector would blow up the compile)."""
     n = len(op.extents)
+    if op.reduction_dims:
+        sizes = [1] * n
+        last = op.reduction_dims[-1]
+        ext = op.extents[last]
+        vec = max(d for d in range(1, min(ext, MAX_ELEMENTWISE_VECTOR) + 1) if ext % d == 0)
+        sizes[last] = 0 if vec == ext else vec
+        return sizes
     vec = max(d for d in range(1, min(tile_last, MAX_ELEMENTWISE_VECTOR) + 1) if tile_last % d == 0)
     return [1] * (n - 1) + [0 if vec == tile_last else vec]
 
@@ -154,6 +163,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         tb.cse(func)
 
         vector_ops: list[str] = []
+        extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
         r1_loops: list[ir.Value] = []
         root = plan.root
         if root is None:
@@ -191,9 +201,21 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             if any(s2):
                 h[root.name], _ = tb.tile_for(h[root.name], s2)
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
-            r1 = [vec[l] if l in red and red[l] > vec[l] else 0 for l in range(len(root.extents))]
+            last = root.reduction_dims[-1]
+            rfactor = sk.rfactor and vec[last] > 1
+            r1 = [vec[l] if l in red and red[l] > vec[l] and not (rfactor and l == last) else 0
+                  for l in range(len(root.extents))]
             if any(r1):
                 h[root.name], r1_loops = tb.tile_for(h[root.name], r1)
+            if rfactor:
+                # The innermost reduction loop as rfactor: v partial sums per output element
+                # (vector lanes), merged once after the loop.
+                rf = [vec[last] if l == last else 0 for l in range(len(root.extents))]
+                init, partial, merge, loop_h = tb.rfactor(h[root.name], rf)
+                h[root.name] = partial
+                extra_vector += [init, merge]
+                # A one-trip loop folds away (and its handle with it).
+                r1_loops = r1_loops + ([loop_h] if red[last] > vec[last] else [])
             vector_ops.append(root.name)
             for o in ops:
                 if o is not root and o.is_linalg:
@@ -206,6 +228,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 h[root.name] = transform.structured.DecomposeOp(named).result
         for n in vector_ops:
             tb.vectorize(h[n])
+        for handle in extra_vector:
+            tb.vectorize(handle)
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
         if r1_loops:

@@ -10,6 +10,7 @@ from mlir_ansor.sketch_passes.rules.always_inline import AlwaysInline
 from mlir_ansor.sketch_passes.rules.cache_write import AddCacheWrite
 from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTiling
 from mlir_ansor.sketch_passes.rules.multi_level_tiling_fusion import MultiLevelTilingWithFusion
+from mlir_ansor.sketch_passes.rules.rfactor import AddRfactor
 from mlir_ansor.sketch_passes.rules.skip import Skip
 from mlir_ansor.sketch_passes.sketch import Rule
 
@@ -22,5 +23,6 @@ def register_rule(rule: Rule) -> None:
 
 
 def default_cpu_rules() -> list[Rule]:
-    return [AlwaysInline(), MultiLevelTilingWithFusion(), AddCacheWrite(), MultiLevelTiling(),
-            *_USER_RULES, Skip()]
+    # AddRfactor precedes MultiLevelTiling, which ends the rule list for its op.
+    return [AlwaysInline(), AddRfactor(), MultiLevelTilingWithFusion(), AddCacheWrite(),
+            MultiLevelTiling(), *_USER_RULES, Skip()]

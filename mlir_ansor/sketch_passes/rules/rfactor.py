@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.analysis import has_more_reduction_parallel
+from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+
+
+class AddRfactor:
+    """Rule 6: a reduction with a small parallel space and a long reduction accumulates
+    into `v` independent partial sums (a new parallel loop the vectorizer maps to lanes),
+    merged once at the end. The sketches without rfactor are kept too."""
+
+    name = "AddRfactor"
+
+    def condition(self, ops: Sequence[OpInfo], state: State) -> Decision:
+        op = ops[state.index]
+        if op.is_linalg and not state.sketch.root and has_more_reduction_parallel(op):
+            return Decision.APPLY
+        return Decision.SKIP
+
+    def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
+        sk = add_rule(state.sketch, self.name, root=ops[state.index].name, rfactor=True)
+        return [State(sk, state.index - 1)]
