@@ -39,6 +39,7 @@ class OpInfo:
     body_ops: int  # arithmetic ops per loop iteration
     producers: tuple[int, ...]  # indices of ops whose results this op reads
     body_kinds: tuple[str, ...] = ()  # names of the arithmetic body ops (for features)
+    prelude: tuple[str, ...] = ()  # passes a strategy runs first to see these ops (decomposition)
 
     @property
     def is_linalg(self) -> bool:
@@ -134,6 +135,10 @@ def _extents(iterators: tuple[str, ...], operands: tuple[OperandInfo, ...]) -> t
     return tuple(int(e) for e in extents)  # type: ignore[arg-type]
 
 
+# Aggregate ops read (and tiled) as the ops they decompose into, with the pass that does it.
+DECOMPOSE = {"linalg.softmax": "iree-codegen-decompose-softmax"}
+
+
 def tileable_ops(func: ir.Operation) -> list[ir.Operation]:
     ops: list[ir.Operation] = []
 
@@ -154,6 +159,10 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
     """Ops of the task's `@main`, in payload order (the order the strategy's split_handle sees)."""
     with ir.Context() as ctx:
         module = ir.Module.parse(task_mlir, ctx)
+        present = {o.name for o in tileable_ops(module.operation)}
+        prelude = tuple(p for name, p in DECOMPOSE.items() if name in present)
+        for p in prelude:
+            PassManager.parse(f"builtin.module(func.func({p}))").run(module.operation)
         names_before = [o.name for o in tileable_ops(module.operation)]
         pm = PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))")
         pm.run(module.operation)
@@ -177,7 +186,7 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                len(kinds), tuple(producers), kinds))
+                                len(kinds), tuple(producers), kinds, prelude))
         return infos
 
 

@@ -39,15 +39,17 @@ def is_strict_inlinable(ops: Sequence[OpInfo], i: int) -> bool:
 
 
 def has_data_reuse(op: OpInfo) -> bool:
-    """A reduction where some input is not indexed by every loop: tiling gives reuse."""
+    """A reduction where some input is not indexed by some parallel loop (A[i, k] in a
+    matmul misses j): every element is read again for each of those iterations, and tiling
+    turns that into reuse. An input that only misses reduction loops (the row max in a
+    softmax's exp-sum) is reused across a reduction, which tiling cannot exploit."""
     if not op.is_linalg or not op.reduction_dims:
         return False
-    n = len(op.iterators)
     for o in op.operands:
         if o.is_output or not o.shape:
             continue
         used = {d for terms in o.map_results for d, _ in terms}
-        if len(used) < n:
+        if any(d not in used for d in op.parallel_dims):
             return True
     return False
 

@@ -19,11 +19,13 @@ from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import has_strided_access, has_window_access
+from mlir_ansor.sketch_passes.analysis import (consumers, has_strided_access,
+                                               has_window_access)
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 MAX_ELEMENTWISE_VECTOR = 64
+MAX_REDUCTION_VECTOR = 256  # row chunk of a reduction outside the root (one horizontal add each)
 
 
 def _closure(ops: Sequence[OpInfo], idx: int) -> list[int]:
@@ -130,7 +132,7 @@ def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
         sizes = [1] * n
         last = op.reduction_dims[-1]
         ext = op.extents[last]
-        vec = max(d for d in range(1, min(ext, MAX_ELEMENTWISE_VECTOR) + 1) if ext % d == 0)
+        vec = max(d for d in range(1, min(ext, MAX_REDUCTION_VECTOR) + 1) if ext % d == 0)
         sizes[last] = 0 if vec == ext else vec
         return sizes
     vec = max(d for d in range(1, min(tile_last, MAX_ELEMENTWISE_VECTOR) + 1) if tile_last % d == 0)
@@ -147,6 +149,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     with ir.InsertionPoint(seq.body):
         func = tb.match_names(seq.bodyTarget, ["func.func"])
         func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
+        for pass_name in ops[0].prelude if ops else ():
+            func = tb.registered_pass(func, pass_name)  # e.g. softmax -> its generics
         if any(has_strided_access(o) for o in ops if o.is_linalg):
             # extract_slice (not tileable) + a plain contraction: same ops, same loops.
             func = tb.registered_pass(
@@ -161,6 +165,12 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 h[o.name], forall = tb.fuse_into(h[o.name], forall)
         tb.patterns(func, tbm.tiling_cleanup())
         tb.cse(func)
+        if any(len(consumers(ops, o.index)) > 1 for o in ops):
+            # A producer with several uses is fused once per use (and its own producers once
+            # per copy); CSE merged the copies, so a handle may name one op twice.
+            for o in ops:
+                if o is not plan.anchor:
+                    h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
 
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
@@ -251,10 +261,16 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
         # transfer_to_scf and lower_shape_cast loop forever on the window (conv) tiles.
         transposed = _transposed_tiles(root, plan) if root is not None else []
+        # lower_shape_cast loops forever beside row reductions (softmax) too.
+        row_reductions = any(o.reduction_dims for o in ops if o is not root and o.is_linalg)
         tb.patterns(func, tbm.lower_vectors(
-            shape_casts=root is None or not has_window_access(root),
+            shape_casts=(root is None or not has_window_access(root)) and not row_reductions,
             transpose_16x16=bool(transposed) and all(t == (16, 16) for t in transposed)))
         tb.cse(func)
+        if any(k.startswith("math.") for o in ops for k in o.body_kinds):
+            # Vector exp/tanh/erf as polynomials, as IREE's own pipeline does (LLVM would
+            # scalarize them into libm calls).
+            func = tb.registered_pass(func, "iree-codegen-math-transform")
         tb.annotate(func, "translation_info", ir.Attribute.parse(
             "#iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline>"))
         transform.YieldOp([])

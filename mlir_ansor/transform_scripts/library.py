@@ -67,6 +67,8 @@ def captures_outer_values(task_mlir: str) -> bool:
         linalg = [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
         leaves = {_key(v) for op in linalg for v in op.operands}
         for op in linalg:
+            if not len(op.regions):
+                continue  # an aggregate op (linalg.softmax) has no body
             for block in op.regions[0].blocks:
                 for inner in block.operations:
                     for v in inner.operands:
