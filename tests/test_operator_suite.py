@@ -1,0 +1,77 @@
+"""The paper's operator suite through the normal frontend: the sketches of every task, and
+random programs of each workload's main task that compile, apply and validate.
+
+Sketches per tunable task (the copy dispatch IREE adds for padding is left to IREE):
+- C1D, C2D, C3D, GMM, GRP, DIL, DEP, T2D: one task; (1) cache write + SSRSRS,
+  (2) SSRSRS accumulating in place.
+- CAP: the window gather (plain), the capsule contraction (cache write + SSRSRS, SSRSRS),
+  the output relayout (plain).
+- NRM: the sum of squares (rfactor, plain); at batch 1 IREE splits the 262144-long
+  reduction into a second dispatch (plain).
+- ConvLayer: one task, SSRSRS with the batch norm + ReLU consumer fused.
+- TBS: the two transposes (plain each), the batch matmul (cache write + SSRSRS, SSRSRS),
+  the softmax (plain, on its decomposition).
+"""
+import random
+
+import pytest
+
+from mlir_ansor.examples.operators import SUITE
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+
+MLT = ["AddCacheWrite+MultiLevelTiling", "MultiLevelTiling"]
+CONV_LIKE = {"C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D"}
+EXPECTED = {
+    "CAP": [["Plain"], MLT, ["Plain"]],
+    "NRM-b1": [["AddRfactor", "Plain"], ["Plain"]],
+    "NRM-b16": [["AddRfactor", "Plain"]],
+    "ConvLayer": [["MultiLevelTilingWithFusion"]],
+    "TBS": [["Plain"], ["Plain"], MLT, ["Plain"]],
+}
+
+
+def _expected(name: str) -> list[list[str]]:
+    op = SUITE[name].operator
+    if op in CONV_LIKE:
+        return [MLT]
+    return EXPECTED.get(name, EXPECTED.get(op))
+
+
+@pytest.fixture(scope="module")
+def suite_tasks(tools, tmp_path_factory):
+    d = tmp_path_factory.mktemp("suite")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model, inputs = SUITE[name]()
+            (d / f"{name}.mlir").write_text(import_model(model, inputs))
+            cache[name] = extract_tasks(flow_source(d / f"{name}.mlir", "llvm-cpu", tools, 300))
+        return cache[name]
+    return get, d
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_sketches(suite_tasks, name):
+    get, _ = suite_tasks
+    got = [[s.name for s in t.sketches] for t in get(name) if t.tunable]
+    assert got == _expected(name)
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_random_programs_validate(suite_tasks, tools, name):
+    """Three random programs of the task with the most FLOPs (sketches in turn)."""
+    get, d = suite_tasks
+    task = max((t for t in get(name) if t.tunable), key=lambda t: t.flops)
+    cfg = M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60)
+    m = M.TaskMeasurer(task, d / name, tools, cfg)
+    m.prepare()
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[i % len(m.task.sketches)], rng)
+             for i in range(3)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 3, [(p.sketch.name, r.error[:200])
+                                                    for p, r in zip(progs, recs)]

@@ -1,0 +1,85 @@
+"""Benchmark of the paper's operator suite (mlir_ansor.examples.operators): per workload,
+the best of N random programs (per task, spread by the task scheduler) against IREE's
+default and torch eager, end to end and side by side (the tuner's e2e step), and the rate of
+sampled programs that compiled, were confirmed applied and validated.
+
+  python tools/bench_ops.py --trials 200                 # the whole suite
+  python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
+
+Each workload is a normal `mlir_ansor.tune` run (policy random) under OUT/<workload>, so an
+interrupted benchmark resumes from its records. Prints one row per workload, then the
+geometric means per operator and over the suite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+from mlir_ansor.examples.operators import OPERATORS, SUITE
+from mlir_ansor.tuner import driver
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
+    res = driver.run(driver.TuneOptions(model=name, trials=trials, policy="random",
+                                        out=out / name, seed=seed, batch=8))
+    report = json.loads((res.out / "report.json").read_text())
+    e2e = report["e2e"][name]
+    statuses = Counter(json.loads(line)["status"]
+                       for line in (res.out / "records.jsonl").read_text().splitlines() if line)
+    total = sum(statuses.values())
+    return {"workload": name, "operator": SUITE[name].operator, "trials": total,
+            "valid": statuses.get("ok", 0) / total if total else float("nan"),
+            "failures": dict((k, v) for k, v in statuses.items() if k != "ok"),
+            "torch_s": e2e["torch_s"], "default_s": e2e["default_s"], "tuned_s": e2e["tuned_s"],
+            "applied": len(e2e["applied"])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=200, help="random programs per workload")
+    ap.add_argument("--only", nargs="*", default=[], help="operators (e.g. C2D TBS)")
+    ap.add_argument("--out", type=Path, default=Path("bench_out/ops"))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    unknown = [o for o in args.only if o not in OPERATORS]
+    if unknown:
+        ap.error(f"unknown operators {unknown}; choose from {list(OPERATORS)}")
+    names = [n for n, w in SUITE.items() if not args.only or w.operator in args.only]
+    rows = []
+    for name in names:
+        print(f"=== {name}", flush=True)
+        rows.append(bench_workload(name, args.trials, args.out, args.seed))
+        (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
+    print(f"\nOperator suite, {args.trials} random trials per workload, llvm-cpu "
+          "(latencies: medians measured side by side in one run per workload)")
+    hdr = (f"{'workload':15s} {'trials':>6s} {'valid':>6s} {'torch ms':>9s} {'IREE ms':>9s} "
+           f"{'tuned ms':>9s} {'vs IREE':>8s} {'vs torch':>8s}  failures")
+    print(hdr)
+    for r in rows:
+        print(f"{r['workload']:15s} {r['trials']:6d} {100 * r['valid']:5.1f}% "
+              f"{r['torch_s'] * 1e3:9.3f} {r['default_s'] * 1e3:9.3f} {r['tuned_s'] * 1e3:9.3f} "
+              f"{r['default_s'] / r['tuned_s']:7.2f}x {r['torch_s'] / r['tuned_s']:7.2f}x  "
+              f"{r['failures'] or ''}")
+    print(f"\n{'operator':10s} {'valid':>6s} {'vs IREE (geomean)':>18s} {'vs torch':>9s}")
+    for op in dict.fromkeys(r["operator"] for r in rows):
+        rs = [r for r in rows if r["operator"] == op]
+        valid = sum(r["valid"] * r["trials"] for r in rs) / max(1, sum(r["trials"] for r in rs))
+        print(f"{op:10s} {100 * valid:5.1f}% "
+              f"{_geomean([r['default_s'] / r['tuned_s'] for r in rs]):17.2f}x "
+              f"{_geomean([r['torch_s'] / r['tuned_s'] for r in rs]):8.2f}x")
+    print(f"{'suite':10s} {'':6s} {_geomean([r['default_s'] / r['tuned_s'] for r in rows]):17.2f}x "
+          f"{_geomean([r['torch_s'] / r['tuned_s'] for r in rows]):8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
