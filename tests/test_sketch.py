@@ -2,11 +2,13 @@
 import random
 
 import pytest
+from iree.compiler import ir
 
 from mlir_ansor.sketch_passes.annotation import annotate, sample_programs
 from mlir_ansor.sketch_passes.program import Program, SplitStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules, register_rule, _USER_RULES
 from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule, generate_sketches
+from mlir_ansor.transform_scripts.emitter import emit_standalone
 from tests.conftest import DATA, ELEMENTWISE, MATMUL, ROW_SUM, ops_of
 
 
@@ -79,23 +81,35 @@ def test_program_json_round_trip():
     assert q == p and q.key == p.key
 
 
-class _TagReductions:
-    name = "TagReductions"
+class _TileAllReductions:
+    """The README's example user rule: SSRSRS for reductions without data reuse too."""
+
+    name = "TileAllReductions"
 
     def condition(self, ops, state):
-        return Decision.APPLY if ops[state.index].reduction_dims else Decision.SKIP
+        op = ops[state.index]
+        ok = op.is_linalg and op.reduction_dims and not state.sketch.root
+        return Decision.APPLY if ok else Decision.SKIP
 
     def apply(self, ops, state):
-        return [State(add_rule(state.sketch, self.name), state.index - 1)]
+        sk = add_rule(state.sketch, self.name, root=ops[state.index].name)
+        return [State(sk, state.index - 1)]
 
 
 def test_user_rule_is_registered_in_order():
-    register_rule(_TagReductions())
+    register_rule(_TileAllReductions())
     try:
         rules = default_cpu_rules()
-        assert [r.name for r in rules][-2:] == ["TagReductions", "Skip"]
-        _, sks = sketches(ROW_SUM)
-        # The user rule adds a sketch alongside the built-in ones.
-        assert any("TagReductions" in s.rules for s in sks)
+        assert [r.name for r in rules][-2:] == ["TileAllReductions", "Skip"]
+        ops, sks = sketches(ROW_SUM)
+        # Built-in sketches first, then the user rule's, then Skip's.
+        assert [s.name for s in sks] == ["AddRfactor", "TileAllReductions", "Plain"]
+        prog = annotate(ops, sks[1], random.Random(0))
+        with ir.Context(), ir.Location.unknown():
+            text = str(emit_standalone(ops, prog))
+        assert "tile_using_forall" in text and "vectorize" in text
+        _, mm = sketches(MATMUL)  # data reuse: MultiLevelTiling ends the rule list first
+        assert not any("TileAllReductions" in s.rules for s in mm)
     finally:
         _USER_RULES.clear()
+    assert [r.name for r in default_cpu_rules()][-2:] == ["MultiLevelTiling", "Skip"]
