@@ -72,6 +72,9 @@ def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int)
 
 def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
     """One random complete program of `sketch`."""
+    if sketch.gpu:
+        from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu  # (imports this)
+        return annotate_gpu(ops, sketch, rng)
     prog = Program(sketch)
     if sketch.root:
         root = op_by_name(ops, sketch.root)
@@ -169,6 +172,8 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     """Why `prog` is not a program `annotate` could have produced ([] = valid). Mutation
     and crossover results are checked with this before they are scored or measured."""
     sk = prog.sketch
+    if sk.gpu:
+        return ["GPU programs are sampled, not mutated (yet)"]
     base = op_by_name(ops, sk.root or sk.anchor)
     errs: list[str] = []
     levels = 3 if sk.root else 1

@@ -84,7 +84,10 @@ class Program:
         return None
 
     def to_json(self) -> dict:
-        return {"sketch": asdict(self.sketch), "steps": [asdict(s) for s in self.steps]}
+        sketch = asdict(self.sketch)
+        if not sketch["gpu"]:
+            del sketch["gpu"]  # CPU programs keep the keys they had before GPU sketches
+        return {"sketch": sketch, "steps": [asdict(s) for s in self.steps]}
 
     @staticmethod
     def from_json(d: dict) -> "Program":

@@ -24,6 +24,7 @@ class Sketch:
     rfactor: bool = False  # the root's reduction is split into a parallel loop
     inlined: tuple[str, ...] = ()  # ops computed inside their consumer's tile
     rules: tuple[str, ...] = ()  # names of the rules that built it, in order
+    gpu: bool = False  # a GPU sketch ("SSSRRSRS": blocks, virtual threads, threads)
 
     @property
     def name(self) -> str:
@@ -55,14 +56,15 @@ def add_rule(sketch: Sketch, rule: str, **changes) -> Sketch:
     return replace(sketch, rules=sketch.rules + (rule,), **changes)
 
 
-def generate_sketches(ops: Sequence[OpInfo], rules: Sequence[Rule]) -> list[Sketch]:
+def generate_sketches(ops: Sequence[OpInfo], rules: Sequence[Rule],
+                      gpu: bool = False) -> list[Sketch]:
     """All sketches of a task; deterministic order (rule order, then derivation order)."""
     if not ops:
         return []
     outputs = [o for o in ops if not any(o.index in p.producers for p in ops)]
     if len(outputs) != 1:
         return []  # several outputs: not tiled from one anchor yet
-    start = State(Sketch(anchor=outputs[0].name), len(ops) - 1)
+    start = State(Sketch(anchor=outputs[0].name, gpu=gpu), len(ops) - 1)
     queue: deque[State] = deque([start])
     done: list[Sketch] = []
     while queue:

@@ -18,6 +18,7 @@ from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operan
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
+from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,8 @@ def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
     module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
     with ir.InsertionPoint(module.body):
         for e in entries:
-            build_strategy(e.ops, e.program, strategy_name(e.task_id))
+            build = build_gpu_strategy if e.program.sketch.gpu else build_strategy
+            build(e.ops, e.program, strategy_name(e.task_id))
         for e in entries:
             for name, pattern in _patterns(e):
                 _build_matcher(name, pattern)

@@ -12,7 +12,7 @@ from iree.compiler import ir
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
-from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
 from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
 
@@ -75,8 +75,9 @@ def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: floa
     return res.stdout
 
 
-def extract_tasks(flow_text: str) -> list[Task]:
-    """Deduplicated tasks of a flow-level module, in first-seen order."""
+def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
+    """Deduplicated tasks of a flow-level module, in first-seen order, with the sketches of
+    `target`'s rules."""
     merged: dict[str, dict] = {}
     with ir.Context() as ctx:
         module = ir.Module.parse(flow_text, ctx)
@@ -92,17 +93,17 @@ def extract_tasks(flow_text: str) -> list[Task]:
                     task_mlir=d.pattern.task_mlir if d.pattern else "",
                     module_mlir=d.module_mlir, input_types=d.input_types,
                     output_types=d.output_types, skip_reason=d.skip_reason)
-        tasks.append(_analyzed(task, task.task_mlir) if d.pattern else task)
+        tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
     return tasks
 
 
-def _analyzed(task: Task, func_mlir: str) -> Task:
+def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     """The task with ops and sketches read from `func_mlir` (or the reason it is skipped)."""
     try:
         ops = tuple(analyze_task(func_mlir))
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    sketches = tuple(generate_sketches(ops, default_cpu_rules()))
+    sketches = tuple(generate_sketches(ops, rules_for(target), gpu=target == "cuda"))
     why = ""
     if not any(o.is_linalg for o in ops):
         why = "no linalg op (a copy): left to IREE"
@@ -111,10 +112,10 @@ def _analyzed(task: Task, func_mlir: str) -> Task:
     return replace(task, ops=ops, sketches=sketches, skip_reason=why)
 
 
-def with_codegen_view(task: Task, configured: str) -> Task:
+def with_codegen_view(task: Task, configured: str, target: str = "llvm-cpu") -> Task:
     """Re-analyze the task on the payload IREE's codegen hands to a strategy."""
     try:
         view = codegen_view(configured)
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    return _analyzed(replace(task, view_mlir=view.task_mlir), view.task_mlir)
+    return _analyzed(replace(task, view_mlir=view.task_mlir), view.task_mlir, target)

@@ -15,6 +15,8 @@ TARGET_FLAGS = {
     "llvm-cpu": ("--iree-hal-target-device=local",
                  "--iree-hal-local-target-device-backends=llvm-cpu",
                  "--iree-llvmcpu-target-cpu=host"),
+    # PTX without a GPU or the CUDA toolkit (running needs a GPU machine).
+    "cuda": ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"),
 }
 
 

@@ -10,6 +10,7 @@ from mlir_ansor.sketch_passes.rules.always_inline import AlwaysInline
 from mlir_ansor.sketch_passes.rules.cache_write import AddCacheWrite
 from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTiling
 from mlir_ansor.sketch_passes.rules.multi_level_tiling_fusion import MultiLevelTilingWithFusion
+from mlir_ansor.sketch_passes.rules.multi_level_tiling_gpu import MultiLevelTilingGPU
 from mlir_ansor.sketch_passes.rules.rfactor import AddRfactor
 from mlir_ansor.sketch_passes.rules.skip import Skip
 from mlir_ansor.sketch_passes.sketch import Rule
@@ -26,3 +27,12 @@ def default_cpu_rules() -> list[Rule]:
     # AddRfactor precedes MultiLevelTiling, which ends the rule list for its op.
     return [AlwaysInline(), AddRfactor(), MultiLevelTilingWithFusion(), AddCacheWrite(),
             MultiLevelTiling(), *_USER_RULES, Skip()]
+
+
+def default_gpu_rules() -> list[Rule]:
+    return [AlwaysInline(), MultiLevelTilingGPU(), *_USER_RULES, Skip()]
+
+
+def rules_for(target: str) -> list[Rule]:
+    """The default rule list of a codegen target."""
+    return default_gpu_rules() if target == "cuda" else default_cpu_rules()

@@ -1,0 +1,51 @@
+# RUN: %PYTHON %s | FileCheck %s
+# GPU "SSSRRSRS" on a 256^3 matmul for cuda: a block forall (blockIdx), a thread forall
+# (threadIdx) with the fill fused into the thread tile, the reduction tiled, the per-thread
+# tile vectorized, GPU bufferization, thread mapping with the block's thread counts, and
+# the same counts as the kernel's workgroup size.
+import random
+
+from iree.compiler import ir
+
+from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.sketch_passes.rules import default_gpu_rules
+from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
+
+MM = """func.func @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<256x256xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>)
+                     outs(%f : tensor<256x256xf32>) -> tensor<256x256xf32>
+  return %r : tensor<256x256xf32>
+}"""
+ops = analyze_task(MM)
+sketches = generate_sketches(ops, default_gpu_rules(), gpu=True)
+prog = annotate(ops, sketches[0], random.Random(1))
+print("// sketch:", prog.sketch.name)
+for s in prog.steps:
+    print("// step:", s)
+with ir.Context(), ir.Location.unknown():
+    module = ir.Module.create()
+    module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(module.body):
+        build_gpu_strategy(ops, prog, "gpu_strategy")
+    assert module.operation.verify()
+    print(module)
+# CHECK: // sketch: MultiLevelTilingGPU
+# CHECK: // step: SplitStep(op='op1_matmul', loop=0, lengths=([[WY:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
+# CHECK: // step: SplitStep(op='op1_matmul', loop=1, lengths=([[WX:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
+# CHECK: #iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline workgroup_size = [[[WX]], [[WY]], 1] subgroup_size = 32>
+# CHECK: transform.structured.tile_using_forall {{.*}}(mapping = [#gpu.block<y>, #gpu.block<x>])
+# CHECK: transform.iree.populate_workgroup_count_region_using_num_threads_slice
+# CHECK: transform.structured.fuse_into_containing_op
+# CHECK: transform.structured.tile_using_forall {{.*}}(mapping = [#gpu.thread<y>, #gpu.thread<x>])
+# CHECK: transform.structured.fuse_into_containing_op
+# CHECK: transform.structured.tile_using_for {{.*}} tile_sizes [0, 0, {{[0-9]+}}]
+# CHECK: transform.structured.vectorize
+# CHECK: transform.iree.bufferize <target_gpu>
+# CHECK: transform.iree.forall_to_workgroup
+# CHECK: transform.iree.map_nested_forall_to_gpu_threads %{{.*}} workgroup_dims = [[[WX]], [[WY]], 1]
+# CHECK: transform.annotate %{{.*}} "translation_info"
