@@ -55,7 +55,7 @@ class TunedModule:
 def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out",
          **options) -> TunedModule:
     """Tune `model` on `inputs` (resuming from `out`'s records) and return the tuned module.
-    `options` are TuneOptions fields (target, seed, batch, policy, scheduler)."""
+    `options` are TuneOptions fields (target, seed, batch, policy, scheduler, hints)."""
     opts = replace(TuneOptions(model=type(model).__name__, trials=trials, out=Path(out)),
                    **options)
     result = run(opts, factory=lambda: (model, inputs))

@@ -9,6 +9,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from mlir_ansor.errors import AnsorError, CompileError, FrontendError
+from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
@@ -17,7 +18,7 @@ from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
-from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks
+from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks, with_hints
 from mlir_ansor.tuner.tasks import Task, flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
@@ -36,6 +37,8 @@ class TuneOptions:
     top_k: int = 3  # best candidates per task re-timed side by side before export
     reuse: tuple[Path, ...] = ()  # records of earlier runs: warm-start the cost model, and
     # their programs compete for export (apply-best); never counted in this run's budget
+    # (dispatch-name pattern, AnnotationHints): restrict or bias the annotation of tasks
+    hints: tuple[tuple[str, AnnotationHints], ...] = ()
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -146,7 +149,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         SchedulerConfig(strategy=opts.scheduler, seed=opts.seed))
     tune_tasks(tunable, measurers, store,
                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
-               records, on_record, POLICIES[opts.policy], scheduler)
+               records, on_record, with_hints(POLICIES[opts.policy], opts.hints), scheduler)
     bar.close()
 
     print(f"[4/5] top {opts.top_k} programs per task against IREE's default, side by side; "

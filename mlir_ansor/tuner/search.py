@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
+from mlir_ansor.errors import AnsorError
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured
+from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
@@ -44,6 +46,51 @@ class RandomPolicy:
         return sample_unmeasured(
             lambda: annotate(self.task.ops, sketches[self.rng.randrange(len(sketches))],
                              self.rng), n, measured, self.max_resample)
+
+
+class HintedPolicy:
+    """A policy whose proposals obey a workload's AnnotationHints: the task's sketches are
+    filtered, and proposals the hints reject are drawn again (bounded)."""
+
+    def __init__(self, inner: Policy, task: Task, hints: AnnotationHints, seed: int,
+                 rounds: int = 10, oversample: int = 4):
+        self.inner, self.task, self.hints = inner, task, hints
+        self.rounds, self.oversample = rounds, oversample
+        self.rng = random.Random(f"{seed}:{task.key}:hints")
+
+    def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
+        out: list[Program] = []
+        seen = set(measured)
+        for _ in range(self.rounds):
+            if len(out) >= n:
+                break
+            for p in self.inner.propose(self.oversample * (n - len(out)), seen, records):
+                if len(out) >= n:
+                    break
+                seen.add(p.key)
+                if self.hints.accept(self.task.ops, p, self.rng):
+                    out.append(p)
+        return out[:n]
+
+
+def with_hints(factory: PolicyFactory, hints: Sequence[tuple[str, AnnotationHints]]
+               ) -> PolicyFactory:
+    """`factory` with the hints of every task whose dispatch name contains a pattern (the
+    first matching pattern wins); tasks without hints are left alone."""
+    if not hints:
+        return factory
+
+    def make(task: Task, seed: int) -> Policy:
+        h = next((h for pattern, h in hints if pattern in task.name), None)
+        if h is None:
+            return factory(task, seed)
+        kept = tuple(s for s in task.sketches if h.keeps_sketch(s.name))
+        if not kept:
+            raise AnsorError(f"hints keep none of {task.name}'s sketches "
+                             f"{[s.name for s in task.sketches]}")
+        task = replace(task, sketches=kept)
+        return HintedPolicy(factory(task, seed), task, h, seed)
+    return make
 
 
 def loop_signature(task: Task) -> tuple:
