@@ -1,7 +1,6 @@
 """Sketch generation and annotation decisions (counts, kinds, determinism, round trip)."""
 import random
 
-import pytest
 from iree.compiler import ir
 
 from mlir_ansor.sketch_passes.annotation import annotate, sample_programs

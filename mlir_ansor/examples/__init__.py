@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mlir_ansor.examples.operators import SUITE, ConvLayer
+
 
 class BasicBlock(nn.Module):
     """ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN + identity, ReLU."""
@@ -19,16 +21,6 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))
         return torch.relu(self.bn2(self.conv2(y)) + x)
-
-
-class ConvBnRelu(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(channels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.bn(self.conv(x)))
 
 
 class MatMul(nn.Module):
@@ -164,7 +156,7 @@ def resnet_block():
 def resnet50_last_conv():
     """The last 3x3 convolution of ResNet-50 (512 channels, 7x7), with its BN and ReLU."""
     _seeded()
-    return ConvBnRelu(512).eval(), (torch.randn(1, 512, 7, 7),)
+    return ConvLayer(512, 512).eval(), (torch.randn(1, 512, 7, 7),)
 
 
 def matmul_1024():
@@ -196,7 +188,5 @@ def bert_layer():
 EXAMPLES = {"resnet_block": resnet_block, "matmul_1024": matmul_1024, "mlp": mlp,
             "resnet50_last_conv": resnet50_last_conv, "resnet50": resnet50,
             "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer}
-
-from mlir_ansor.examples.operators import SUITE  # noqa: E402  (the paper's operator suite)
 
 EXAMPLES.update(SUITE)

@@ -139,6 +139,22 @@ def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
     return [1] * (n - 1) + [0 if vec == tile_last else vec]
 
 
+def payload_handles(tb: tbm.TB, target: ir.Value, ops: Sequence[OpInfo]
+                    ) -> tuple[ir.Value, dict[str, ir.Value]]:
+    """The dispatch function and one handle per op (by role name), after the rewrites
+    that bring the payload to the form the ops were read in."""
+    func = tb.match_names(target, ["func.func"])
+    func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
+    for pass_name in ops[0].prelude if ops else ():
+        func = tb.registered_pass(func, pass_name)  # e.g. softmax -> its generics
+    if any(has_strided_access(o) for o in ops if o.is_linalg):
+        # extract_slice (not tileable) + a plain contraction: same ops, same loops.
+        func = tb.registered_pass(
+            func, "iree-global-opt-convert-strided-contraction-to-contraction")
+    handles = tb.split(tb.match_tileable(func), len(ops))
+    return func, dict(zip((o.name for o in ops), handles))
+
+
 def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%module)` at the current insertion point."""
     plan = _Plan(ops, program)
@@ -147,16 +163,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                                     arg_attrs=[{"transform.readonly": ir.UnitAttr.get()}])
     tb = tbm.TB()
     with ir.InsertionPoint(seq.body):
-        func = tb.match_names(seq.bodyTarget, ["func.func"])
-        func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
-        for pass_name in ops[0].prelude if ops else ():
-            func = tb.registered_pass(func, pass_name)  # e.g. softmax -> its generics
-        if any(has_strided_access(o) for o in ops if o.is_linalg):
-            # extract_slice (not tileable) + a plain contraction: same ops, same loops.
-            func = tb.registered_pass(
-                func, "iree-global-opt-convert-strided-contraction-to-contraction")
-        handles = tb.split(tb.match_tileable(func), len(ops))
-        h = dict(zip((o.name for o in ops), handles))
+        func, h = payload_handles(tb, seq.bodyTarget, ops)
 
         # S0: workgroups on the anchor, every producer fused in (consumers first).
         h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], plan.anchor_sizes(0))

@@ -20,10 +20,9 @@ from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import (consumers, has_strided_access,
-                                               has_window_access)
+from mlir_ansor.sketch_passes.analysis import consumers, has_window_access
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.transform_scripts.emitter import _Plan
+from mlir_ansor.transform_scripts.emitter import _Plan, payload_handles
 
 MAX_THREAD_REDUCTION = 16  # reduction chunk of a plain op inside one thread
 
@@ -72,14 +71,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
                                     arg_attrs=[{"transform.readonly": ir.UnitAttr.get()}])
     tb = tbm.TB()
     with ir.InsertionPoint(seq.body):
-        func = tb.match_names(seq.bodyTarget, ["func.func"])
-        func = tb.registered_pass(func, "iree-eliminate-empty-tensors")
-        for pass_name in ops[0].prelude if ops else ():
-            func = tb.registered_pass(func, pass_name)
-        if any(has_strided_access(o) for o in ops if o.is_linalg):
-            func = tb.registered_pass(
-                func, "iree-global-opt-convert-strided-contraction-to-contraction")
-        h = dict(zip((o.name for o in ops), tb.split(tb.match_tileable(func), len(ops))))
+        func, h = payload_handles(tb, seq.bodyTarget, ops)
 
         # S0: blocks on the anchor, producers fused.
         block = plan.anchor_sizes(0)

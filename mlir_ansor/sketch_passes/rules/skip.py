@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.sketch import Decision, State
 
 
 class Skip:
