@@ -15,6 +15,10 @@ from mlir_ansor.sketch_passes.rules.rfactor import AddRfactor
 from mlir_ansor.sketch_passes.rules.skip import Skip
 from mlir_ansor.sketch_passes.sketch import Rule
 
+__all__ = ["AddCacheWrite", "AddRfactor", "AlwaysInline", "MultiLevelTiling",
+           "MultiLevelTilingGPU", "MultiLevelTilingWithFusion", "Skip", "default_cpu_rules",
+           "default_gpu_rules", "register_rule", "rules_for"]
+
 _USER_RULES: list[Rule] = []
 
 
