@@ -23,17 +23,23 @@ MM = """func.func @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> ten
 }"""
 ops = analyze_task(MM)
 sketches = generate_sketches(ops, default_gpu_rules(), gpu=True)
-prog = annotate(ops, sketches[0], random.Random(1))
-print("// sketch:", prog.sketch.name)
-for s in prog.steps:
-    print("// step:", s)
-with ir.Context(), ir.Location.unknown():
-    module = ir.Module.create()
-    module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
-    with ir.InsertionPoint(module.body):
-        build_gpu_strategy(ops, prog, "gpu_strategy")
-    assert module.operation.verify()
-    print(module)
+
+
+def show(index: int, seed: int) -> None:
+    prog = annotate(ops, sketches[index], random.Random(seed))
+    print("// sketch:", prog.sketch.name)
+    for s in prog.steps:
+        print("// step:", s)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            build_gpu_strategy(ops, prog, "gpu_strategy")
+        assert module.operation.verify()
+        print(module)
+
+
+show(1, 1)
 # CHECK: // sketch: MultiLevelTilingGPU
 # CHECK: // step: SplitStep(op='op1_matmul', loop=0, lengths=([[WY:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
 # CHECK: // step: SplitStep(op='op1_matmul', loop=1, lengths=([[WX:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
@@ -49,3 +55,19 @@ with ir.Context(), ir.Location.unknown():
 # CHECK: transform.iree.forall_to_workgroup
 # CHECK: transform.iree.map_nested_forall_to_gpu_threads %{{.*}} workgroup_dims = [[[WX]], [[WY]], 1]
 # CHECK: transform.annotate %{{.*}} "translation_info"
+
+# With the shared-memory cache read: the reduction is tiled at block level, both inputs'
+# tiles are copied (nofold pads) by threads spread over the block, then the thread tiles
+# compute from them; the fill gets its own thread forall.
+show(0, 1)
+# CHECK: // sketch: AddCacheReadShared+MultiLevelTilingGPU
+# CHECK: transform.structured.tile_using_forall {{.*}}#gpu.block
+# CHECK: transform.structured.tile_using_for {{.*}} tile_sizes [0, 0, {{[0-9]+}}]
+# CHECK: transform.structured.pad {{.*}} nofold_flags = [1, 1, 0]
+# CHECK: %[[A:.*]] = transform.get_producer_of_operand %{{.*}}[0]
+# CHECK: transform.structured.tile_using_forall %[[A]] {{.*}}#gpu.thread
+# CHECK: %[[B:.*]] = transform.get_producer_of_operand %{{.*}}[1]
+# CHECK: transform.structured.tile_using_forall %[[B]] {{.*}}#gpu.thread
+# CHECK: transform.structured.tile_using_forall {{.*}}#gpu.thread
+# CHECK: transform.iree.bufferize <target_gpu>
+# CHECK: transform.iree.map_nested_forall_to_gpu_threads

@@ -6,7 +6,8 @@ import pytest
 
 from mlir_ansor.examples.operators import SUITE
 from mlir_ansor.sketch_passes.annotation import annotate
-from mlir_ansor.sketch_passes.gpu_annotation import MAX_THREAD_TILE, MAX_THREADS
+from mlir_ansor.sketch_passes.gpu_annotation import (MAX_SHARED_BYTES, MAX_THREAD_TILE,
+                                                     MAX_THREADS, shared_bytes)
 from mlir_ansor.sketch_passes.rules import default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.compile_check import COMPILED, check_programs, codegen_task
@@ -21,9 +22,10 @@ def _gpu_sketches(text):
 
 
 def test_gpu_sketch_kinds():
-    """matmul: one SSSRRSRS sketch; elementwise chain: the producer inlined; a row sum:
-    one plain sketch (threads over rows)."""
-    for text, want in ((MATMUL, ["MultiLevelTilingGPU"]), (ELEMENTWISE, ["AlwaysInline"]),
+    """matmul: SSSRRSRS with the inputs cache-read into shared memory, and without;
+    elementwise chain: the producer inlined; a row sum: one plain sketch (threads over rows)."""
+    for text, want in ((MATMUL, ["AddCacheReadShared+MultiLevelTilingGPU", "MultiLevelTilingGPU"]),
+                       (ELEMENTWISE, ["AlwaysInline"]),
                        (ROW_SUM, ["Plain"])):
         _, sks = _gpu_sketches(text)
         assert [s.name for s in sks] == want and all(s.gpu for s in sks)
@@ -33,8 +35,10 @@ def test_gpu_annotation_limits():
     ops, sks = _gpu_sketches(MATMUL)
     rng = random.Random(0)
     warps = 0
-    for _ in range(100):
-        p = annotate(ops, sks[0], rng)
+    for i in range(100):
+        p = annotate(ops, sks[i % 2], rng)
+        if p.sketch.cache_read:
+            assert shared_bytes(ops[-1], p) <= MAX_SHARED_BYTES
         par = [s.lengths for s in p.steps if getattr(s, "lengths", None) and len(s.lengths) == 3]
         threads = 1
         tile = 1
@@ -57,8 +61,13 @@ def test_cuda_programs_compile_to_ptx(tools, tmp_path, name):
         task = codegen_task(task, tmp_path, tools, "cuda")
         assert task.sketches and all(s.gpu for s in task.sketches), task.skip_reason
         rng = random.Random(0)
-        progs = [annotate(task.ops, task.sketches[0], rng) for _ in range(2)]
+        progs = [annotate(task.ops, task.sketches[i % len(task.sketches)], rng)
+                 for i in range(2)]
         checks = check_programs(task, progs, tmp_path, tools, "cuda", timeout_s=120)
         assert [c.status for c in checks] == [COMPILED] * 2, [c.error for c in checks]
-        ptx = list((tmp_path / task.task_id).glob("check*/binaries/*.ptx"))
-        assert ptx and all(".entry" in p.read_text() for p in ptx)
+        for i, p in enumerate(progs):
+            (ptx,) = (tmp_path / task.task_id / f"check{i}" / "binaries").glob("*.ptx")
+            text = ptx.read_text()
+            assert ".entry" in text and "%tid.x" in text
+            if p.sketch.cache_read:  # tiles staged in shared memory between barriers
+                assert ".shared" in text and "bar.sync" in text

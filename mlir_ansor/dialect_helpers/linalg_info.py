@@ -24,6 +24,7 @@ class OperandInfo:
     map_results: tuple[tuple[tuple[int, int], ...], ...]  # per tensor dim: ((loop, coeff), ...)
     is_output: bool
     elem_bytes: int = 4
+    elem_type: str = "f32"  # MLIR element type, e.g. f32, i8
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ def _elem_bytes(t: ir.Type) -> int:
     return max(1, width // 8)
 
 
+def _elem_type(t: ir.Type) -> str:
+    return str(t.element_type) if isinstance(t, ir.ShapedType) else str(t)
+
+
 def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo, ...],
                                               tuple[str, ...]]:
     maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
@@ -115,7 +120,8 @@ def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo,
                 raise UnsupportedDispatch(f"non-linear indexing map {amap} in {op.name}")
             terms.append(t)
         operands.append(OperandInfo(_static_shape(value.type), tuple(terms), i >= n_inputs,
-                                    _elem_bytes(value.type)))
+                                    _elem_bytes(value.type),
+                                    _elem_type(value.type)))
     body = op.regions[0].blocks[0]
     kinds = tuple(
         b.operation.name for b in body.operations

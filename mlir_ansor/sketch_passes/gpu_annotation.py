@@ -29,6 +29,7 @@ MAX_INNER = 8
 MAX_VTHREAD = 4
 MAX_GRID_DIMS = 3
 MAX_SHARED_K = 64  # reduction elements per shared-memory tile
+MAX_SHARED_BYTES = 48 * 1024  # workgroup memory of the cache reads (the static limit)
 
 
 def _pick(rng: random.Random, n: int, limit: int) -> int:
@@ -54,8 +55,41 @@ def _sample_parallel(rng: random.Random, op: OpInfo, with_vthread: bool
     return out
 
 
+def shared_bytes(op: OpInfo, prog: Program) -> int:
+    """Workgroup memory the cache reads of `op`'s inputs take: per input, its block tile
+    over the parallel loops times its shared tile over the reduction loops."""
+    tile = {}
+    for l in range(len(op.extents)):
+        s = prog.split(op.name, l)
+        if s is None:
+            tile[l] = op.extents[l]
+        elif op.iterators[l] == "parallel":
+            tile[l] = math.prod(s.lengths)
+        else:
+            tile[l] = s.lengths[0]
+    total = 0
+    for o in op.operands:
+        if o.is_output:
+            continue
+        elems = math.prod(sum((tile[d] - 1) * abs(c) for d, c in terms) + 1
+                          for terms in o.map_results)
+        total += elems * o.elem_bytes
+    return total
+
+
 def annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
-    """One random complete program of a GPU sketch."""
+    """One random complete program of a GPU sketch (cache-read sketches: one whose shared
+    tiles fit MAX_SHARED_BYTES, if any of 100 draws does)."""
+    prog = _annotate_gpu(ops, sketch, rng)
+    base = op_by_name(ops, sketch.root or sketch.anchor)
+    for _ in range(100):
+        if not sketch.cache_read or shared_bytes(base, prog) <= MAX_SHARED_BYTES:
+            break
+        prog = _annotate_gpu(ops, sketch, rng)
+    return prog
+
+
+def _annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
     base = op_by_name(ops, sketch.root or sketch.anchor)
     splits = None
     for attempt in range(400):  # resample until the block is legal (and a warp, if it can be)

@@ -85,8 +85,9 @@ class Program:
 
     def to_json(self) -> dict:
         sketch = asdict(self.sketch)
-        if not sketch["gpu"]:
-            del sketch["gpu"]  # CPU programs keep the keys they had before GPU sketches
+        for flag in ("gpu", "cache_read"):  # CPU programs keep the keys they had before
+            if not sketch[flag]:
+                del sketch[flag]
         return {"sketch": sketch, "steps": [asdict(s) for s in self.steps]}
 
     @staticmethod

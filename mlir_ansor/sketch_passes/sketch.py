@@ -25,6 +25,7 @@ class Sketch:
     inlined: tuple[str, ...] = ()  # ops computed inside their consumer's tile
     rules: tuple[str, ...] = ()  # names of the rules that built it, in order
     gpu: bool = False  # a GPU sketch ("SSSRRSRS": blocks, virtual threads, threads)
+    cache_read: bool = False  # GPU: the root's inputs are read through shared memory
 
     @property
     def name(self) -> str:

@@ -4,8 +4,8 @@ Loop structure of a root with data reuse ("SSSRRSRS", paper §4.1 on GPU):
   S0  scf.forall over blocks (blockIdx) on the anchor; every producer fused in
   S1  virtual threads and S2 threadIdx: scf.forall over threads on the anchor (or root),
       every other op fused in; one thread computes vthread x inner outputs
-  R0  reduction tile (the shared-memory tile: the root's tiled inputs are cache-read into
-      workgroup memory; `shared_memory=False` leaves them in global memory)
+  R0  reduction tile; with cache read, at block level: each step's input tiles are copied
+      into workgroup memory by all threads (then S1/S2 run inside the step)
   S3  vthread loop, R1 inner reduction, S4 the inner tile, vectorized
 Plain sketches: blocks and threads on the anchor, every other op fused into the thread tile.
 The thread foralls become threadIdx with `map_nested_forall_to_gpu_threads`.
@@ -51,6 +51,50 @@ def _tile_threads(target: ir.Value, sizes: Sequence[int], counts: Sequence[int]
     return op.results[0], op.results[1]
 
 
+def _distribute(target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
+                dims: Sequence[int]) -> ir.Value:
+    """Spread an op whose block tile has `shape` over the block's threads: its last (up to
+    three) `parallel` loops get threadIdx.x/y/z with at most the block's thread counts
+    `dims` ([x, y, z]) iterations each, in static tiles (the smallest divisor of the extent
+    that fits), so no thread allocates a dynamic buffer. Returns the tiled op."""
+    sizes = [0] * len(shape)
+    mapped: dict[int, str] = {}
+    for l, n, name in zip(reversed(list(parallel)[-3:]), dims, "xyz"):
+        ext = shape[l]
+        tile = next(t for t in range(1, ext + 1) if ext % t == 0 and ext // t <= n)
+        if ext // tile > 1:
+            sizes[l] = tile
+            mapped[l] = name
+    if not mapped:
+        return target
+    mapping = ir.ArrayAttr.get([ir.Attribute.parse(f"#gpu.thread<{mapped[l]}>")
+                                for l in sorted(mapped)])
+    res = structured.TileUsingForallOp(tbm.any_op(), tbm.any_op(), target, tile_sizes=sizes,
+                                       mapping=mapping)
+    return res.results[0]
+
+
+def _block_tiles(root: OpInfo, plan: _Plan) -> dict[int, int]:
+    """Per loop of the root, its extent inside one block and one reduction step."""
+    block = plan.base_sizes(0)
+    tiles = {}
+    for l, ext in enumerate(root.extents):
+        if root.iterators[l] == "parallel":
+            tiles[l] = block[l] or ext
+        else:
+            tiles[l] = plan.lengths[l][0]
+    return tiles
+
+
+def _operand_tile(o, tiles: dict[int, int]) -> list[int]:
+    return [sum((tiles[d] - 1) * abs(c) for d, c in terms) + 1 for terms in o.map_results]
+
+
+def _zero(elem_type: str) -> ir.Attribute:
+    t = ir.Type.parse(elem_type)
+    return ir.FloatAttr.get(t, 0.0) if isinstance(t, ir.FloatType) else ir.IntegerAttr.get(t, 0)
+
+
 def _reduction_chunks(op: OpInfo) -> list[int]:
     sizes = [0] * len(op.extents)
     if op.reduction_dims:
@@ -61,8 +105,7 @@ def _reduction_chunks(op: OpInfo) -> list[int]:
     return sizes
 
 
-def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
-                       shared_memory: bool = False) -> None:
+def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%func)` at the current insertion point."""
     plan = _Plan(ops, program)
     sk = program.sketch
@@ -87,7 +130,12 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
         t_block = block if t_anchor is plan.anchor else plan.base_sizes(0)
         t_tile = plan.anchor_sizes(1) if t_anchor is plan.anchor else plan.base_sizes(1)
         sizes, counts = _thread_tiling(t_anchor, t_block, t_tile)
-        if counts:
+        cache_read = root is not None and sk.cache_read
+        if cache_read:
+            # Thread counts of the root's tile; every op gets its own thread forall below
+            # (the shared-memory copies must be spread over the whole block).
+            sizes, counts = _thread_tiling(root, plan.base_sizes(0), plan.base_sizes(1))
+        if counts and not cache_read:
             h[t_anchor.name], t_forall = _tile_threads(h[t_anchor.name], sizes, counts)
             for o in reversed(ops):
                 if o is not t_anchor:
@@ -99,6 +147,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
                 if o is not plan.anchor:
                     h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
 
+        dims = (list(reversed(counts)) + [1, 1, 1])[:3]
         vector_ops = []
         if root is not None:
             red = {l: plan.lengths[l][0] for l in root.reduction_dims}
@@ -106,13 +155,32 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
                   for l in range(len(root.extents))]
             if any(r0):
                 h[root.name], _ = tb.tile_for(h[root.name], r0)
-            if shared_memory and any(r0):
-                # Cache read: the inputs' reduction tiles go to workgroup memory.
-                ins = [i for i, o in enumerate(root.operands) if not o.is_output]
-                prom = structured.PromoteOp(
-                    tbm.any_op(), h[root.name], operands_to_promote=ins,
-                    memory_space=ir.Attribute.parse("#gpu.address_space<workgroup>"))
-                h[root.name] = prom.result
+            if cache_read:
+                # Cache read: a nofold copy of each input's tile (one per reduction step),
+                # spread over the block's threads; GPU bufferization puts the copies in
+                # workgroup memory, and thread mapping adds the barriers between foralls.
+                pad = structured.PadOp(
+                    h[root.name], padding_values=[_zero(o.elem_type) for o in root.operands],
+                    padding_dimensions=list(range(len(root.extents))),
+                    nofold_flags=[0 if o.is_output else 1 for o in root.operands],
+                    copy_back_op="none")
+                h[root.name] = pad.results[0]
+                tiles = _block_tiles(root, plan)
+                for i, o in enumerate(root.operands):
+                    if not o.is_output:
+                        shape = _operand_tile(o, tiles)
+                        copy = transform.GetProducerOfOperand(tbm.any_op(), h[root.name], i)
+                        _distribute(copy.result, shape, range(len(shape)), dims)
+                h[root.name], _ = _tile_threads(h[root.name], sizes, counts)
+                out_shape = _operand_tile(root.output, tiles)
+                for o in ops:
+                    # Ops shaped like the root's output tile (its init, a fused consumer)
+                    # are spread the same way; any other op runs in every thread.
+                    if o is not root and o.is_linalg and o.output.shape == root.output.shape:
+                        shape = [out_shape[o.output_dim_of_loop(l)]
+                                 if o.output_dim_of_loop(l) is not None else o.extents[l]
+                                 for l in range(len(o.extents))]
+                        h[o.name] = _distribute(h[o.name], shape, o.parallel_dims, dims)
             s2 = plan.base_sizes(2)  # the vthread loop around the inner tile
             if any(s2):
                 h[root.name], _ = tb.tile_for(h[root.name], s2)
@@ -143,7 +211,6 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str,
         # What was not vectorized (window ops) becomes scalar loops inside each thread.
         structured.ConvertToLoopsOp(tbm.any_op(), tb.match_tileable(func))
         tb.iree_op("transform.iree.forall_to_workgroup", [func])
-        dims = (list(reversed(counts)) + [1, 1, 1])[:3]
         ir.Operation.create(
             "transform.iree.map_nested_forall_to_gpu_threads", operands=[func],
             attributes={"workgroup_dims": ir.DenseI64ArrayAttr.get(dims),

@@ -10,8 +10,9 @@ from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
 class MultiLevelTilingGPU:
     """GPU rule: "SSSRRSRS" tiling of an op with data reuse: spatial loops split into
     blockIdx, virtual thread, threadIdx and per-thread levels, the reduction into a
-    shared-memory tile (its inputs cache-read into workgroup memory) and an inner tile. A
-    fusible elementwise consumer is computed in the same thread tile."""
+    shared-memory tile and an inner tile. Two sketches: the inputs' reduction tiles cache-read
+    into workgroup memory (copied by all threads of the block), or read from global memory. A
+    fusible elementwise consumer is computed in the same block."""
 
     name = "MultiLevelTilingGPU"
 
@@ -22,6 +23,8 @@ class MultiLevelTilingGPU:
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
         i = state.index
-        sk = add_rule(state.sketch, self.name, root=ops[i].name,
-                      fuse_consumer=has_fusible_consumer(ops, i))
-        return [State(sk, i - 1)]
+        fuse = has_fusible_consumer(ops, i)
+        shared = add_rule(state.sketch, "AddCacheReadShared", cache_read=True)
+        shared = add_rule(shared, self.name, root=ops[i].name, fuse_consumer=fuse)
+        plain = add_rule(state.sketch, self.name, root=ops[i].name, fuse_consumer=fuse)
+        return [State(shared, i - 1), State(plain, i - 1)]
