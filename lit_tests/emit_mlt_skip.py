@@ -1,7 +1,8 @@
 # RUN: %PYTHON %s | FileCheck %s
 # MultiLevelTiling alone (SSRSRS accumulating in place, sketch 2 of a matmul): no local
 # accumulator, so the matmul is tiled (S1) rather than fused with its fill.
-# Skip alone (the plain sketch of a row sum): the row reduction in bounded chunks.
+# Skip alone (the plain sketch of a row sum): rows one at a time, each accumulated in
+# chunk-wide partial sums (256 lanes) that are reduced once per row.
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from helpers import print_strategy
@@ -35,7 +36,9 @@ print_strategy(ROW_SUM, 1, seed=0)
 # CHECK: transform.named_sequence @strategy
 # CHECK: transform.structured.tile_using_forall
 # CHECK: transform.structured.fuse_into_containing_op
-# CHECK: transform.structured.tile_using_for %{{.*}} tile_sizes [1, 256]
-# CHECK: transform.structured.vectorize
-# CHECK-NOT: tile_reduction_using_for
+# CHECK: transform.structured.tile_using_for %{{.*}} tile_sizes [1, 0]
+# CHECK: %[[I:.*]], %[[P:.*]], %[[M:.*]], %[[L:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 256]
+# CHECK-DAG: transform.structured.vectorize %[[P]]
+# CHECK-DAG: transform.structured.vectorize %[[M]]
+# CHECK: transform.loop.hoist_loop_invariant_subsets %[[L]]
 # CHECK: transform.annotate %{{.*}} "translation_info"

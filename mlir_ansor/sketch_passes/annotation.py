@@ -47,6 +47,18 @@ def window_rows(op: OpInfo) -> set[int]:
     return set(rows[:-1])
 
 
+def whole_row_loops(ops: Sequence[OpInfo], sketch: Sketch) -> set[int]:
+    """Plain sketches whose fused producers reduce rows (softmax, layer norm): the anchor's
+    last loop stays whole in a workgroup, else every workgroup recomputes the rows."""
+    if sketch.root:
+        return set()
+    anchor = op_by_name(ops, sketch.anchor)
+    if not anchor.parallel_dims or not any(o.reduction_dims for o in ops
+                                           if o is not anchor and o.is_linalg):
+        return set()
+    return {anchor.parallel_dims[-1]}
+
+
 def reduction_vector_limit(sketch: Sketch) -> int:
     """Largest innermost reduction tile: rfactor lanes may fill a wide vector."""
     return MAX_VECTOR_LANES if sketch.rfactor else MAX_OTHER_INNER
@@ -116,10 +128,11 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
         prog = prog.with_step(VectorizeStep(root.name))
     else:
         anchor = op_by_name(ops, sketch.anchor)
+        whole = whole_row_loops(ops, sketch)
         for l in anchor.parallel_dims:
-            prog = prog.with_step(SplitStep(anchor.name, l,
-                                            _sample_levels(rng, anchor.extents[l], 1,
-                                                           _inner_limit(anchor, l))))
+            lengths = (anchor.extents[l],) if l in whole else _sample_levels(
+                rng, anchor.extents[l], 1, _inner_limit(anchor, l))
+            prog = prog.with_step(SplitStep(anchor.name, l, lengths))
         outer = [l for l in anchor.parallel_dims
                  if anchor.extents[l] // prog.split(anchor.name, l).lengths[0] > 1]
         prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
@@ -179,10 +192,15 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     levels = 3 if sk.root else 1
     unit_rows = window_rows(base) if sk.root else set()
     window = window_loops(base)
+    whole = whole_row_loops(ops, sk)
     for l in base.parallel_dims:
         s = prog.split(base.name, l)
         if s is None or len(s.lengths) != levels:
             errs.append(f"loop {l}: needs {levels} split levels")
+            continue
+        if l in whole:
+            if s.lengths != (base.extents[l],):
+                errs.append(f"loop {l}: rows reduced by a producer stay whole")
             continue
         if base.extents[l] % math.prod(s.lengths):
             errs.append(f"loop {l}: {s.lengths} does not divide {base.extents[l]}")

@@ -123,6 +123,49 @@ def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
     return out
 
 
+def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
+               extra_vector: list) -> list:
+    """Tile an op outside the root to rows (`_row_sizes`). A row reduction longer than one
+    chunk accumulates chunk-wide partial sums (rfactor) and reduces them once per row;
+    returns the partial-sum loops to hoist."""
+    sizes = _row_sizes(op, tile_last)
+    if not op.reduction_dims:
+        h[op.name], _ = tb.tile_for(h[op.name], sizes)
+        return []
+    last = op.reduction_dims[-1]
+    chunk = sizes[last]
+    outer = [0 if l == last else t for l, t in enumerate(sizes)]
+    if any(outer):
+        h[op.name], _ = tb.tile_for(h[op.name], outer)
+    if not chunk:
+        return []  # the whole row is one vector
+    rf = [chunk if l == last else 0 for l in range(len(sizes))]
+    init, partial, merge, loop_h = tb.rfactor(h[op.name], rf)
+    h[op.name] = partial
+    extra_vector += [init, merge]
+    return [loop_h]
+
+
+def _tile_last(op: OpInfo, plan: "_Plan", shape: Sequence[int]) -> int:
+    """Extent of `op`'s last output dim inside the tile whose (root or anchor) output tile is
+    `shape`: the tile of the base output dim of the same size (the last one if it fits),
+    e.g. 2 for a row statistic tensor<128> under a 2x768 tile of a 128x768 output."""
+    base = plan.root or plan.anchor
+    if not op.output.shape:
+        return 1
+    # The base reads op's result through a map: op's last dim is the base loop it names.
+    reads = [o for o in base.operands if not o.is_output and o.shape == op.output.shape]
+    if op is not base and reads and len(reads[0].map_results[-1]) == 1:
+        p = base.output_dim_of_loop(reads[0].map_results[-1][0][0])
+        if p is not None:
+            return shape[p]
+    ext = op.output.shape[-1]
+    dims = [d for d, e in enumerate(base.output.shape) if e == ext]
+    if not dims:
+        return ext
+    return shape[dims[-1]]
+
+
 def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
     """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop;
     a reduction to chunks of its innermost reduction loop (a whole long reduction as one
@@ -181,13 +224,14 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
 
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
+        extra_loops: list[ir.Value] = []  # partial-sum loops of row reductions (hoisted)
         r1_loops: list[ir.Value] = []
         root = plan.root
         if root is None:
             shape = plan.tile_shape(0)
             for o in ops:
                 if o.is_linalg:
-                    h[o.name], _ = tb.tile_for(h[o.name], _row_sizes(o, shape[-1]))
+                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
                     vector_ops.append(o.name)
         else:
             # S1: fuse the root (and its init) into the consumer tile / local accumulator.
@@ -236,7 +280,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             vector_ops.append(root.name)
             for o in ops:
                 if o is not root and o.is_linalg:
-                    h[o.name], _ = tb.tile_for(h[o.name], _row_sizes(o, shape[-1]))
+                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
                     vector_ops.append(o.name)
             if has_window_access(root):
                 # Convolutions: back to the named op, then 2-D -> 1-D (the unit window rows
@@ -249,6 +293,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             tb.vectorize(handle)
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
+        for loop_h in extra_loops:
+            tb.hoist(loop_h)
         if r1_loops:
             # Innermost first: the accumulator climbs out of every reduction loop.
             for loop_h in reversed(r1_loops):
