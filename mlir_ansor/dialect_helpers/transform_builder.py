@@ -115,10 +115,12 @@ def after_vectorize() -> list:
             transform.ApplyCanonicalizationPatternsOp]
 
 
-def lower_vectors(shape_casts: bool = True, transpose_16x16: bool = False) -> list:
+def lower_vectors(transpose_16x16: bool = False) -> list:
     """Lower vector ops to what LLVM takes. `transpose_16x16`: lower transposes with the
     16x16 shuffle network (fast for 16x16 f32 tiles on AVX-512; every other shape would fall
-    back to scalar element moves, so the default is the general 1-D shuffle)."""
+    back to scalar element moves, so the default is the general 1-D shuffle). No
+    lower_shape_cast: in IREE 3.13 it loops forever on conv tiles, beside row reductions
+    and on some batch-matmul tiles, and LLVM lowering takes the shape casts as they are."""
     group = [
         lambda: vector.ApplyLowerContractionPatternsOp(
             lowering_strategy=vector.VectorContractLowering.OuterProduct),
@@ -127,7 +129,6 @@ def lower_vectors(shape_casts: bool = True, transpose_16x16: bool = False) -> li
             split_transfer_strategy=vector.VectorTransferSplit.LinalgCopy),
         lambda: vector.ApplyTransferToScfPatternsOp(max_transfer_rank=1, full_unroll=True),
         lambda: vector.ApplyLowerTransferPatternsOp(max_transfer_rank=1),
-        vector.ApplyLowerShapeCastPatternsOp,
         lambda: vector.ApplyLowerTransposePatternsOp(
             lowering_strategy=vector.VectorTransposeLowering.Shuffle16x16 if transpose_16x16
             else vector.VectorTransposeLowering.Shuffle1D),
@@ -139,4 +140,4 @@ def lower_vectors(shape_casts: bool = True, transpose_16x16: bool = False) -> li
                      vector.ApplyMultiReductionUnrollingPatternsOp)),
         transform.ApplyCanonicalizationPatternsOp,
     ]
-    return group if shape_casts else [b for b in group if b is not vector.ApplyLowerShapeCastPatternsOp]
+    return group

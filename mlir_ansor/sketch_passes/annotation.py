@@ -64,6 +64,19 @@ def reduction_vector_limit(sketch: Sketch) -> int:
     return MAX_VECTOR_LANES if sketch.rfactor else MAX_OTHER_INNER
 
 
+def batch_loops(op: OpInfo) -> set[int]:
+    """Parallel loops every operand is indexed by (the batch of a batch matmul)."""
+    used = [{d for t in o.map_results for d, _ in t} for o in op.operands if o.shape]
+    return {l for l in op.parallel_dims if all(l in u for u in used)} if used else set()
+
+
+def unit_loops(op: OpInfo) -> set[int]:
+    """Loops whose register tile is 1: window rows (see window_rows) and, for ops with a
+    reduction, batch loops (a batch dim in the register tile turns the vector contraction
+    into one the outer-product lowering unrolls for minutes)."""
+    return window_rows(op) | (batch_loops(op) if op.reduction_dims else set())
+
+
 def _inner_limit(op: OpInfo, loop: int) -> int:
     last = len(op.output.shape) - 1
     return MAX_VECTOR_LANES if op.output_dim_of_loop(loop) == last else MAX_OTHER_INNER
@@ -90,7 +103,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
     prog = Program(sketch)
     if sketch.root:
         root = op_by_name(ops, sketch.root)
-        unit_rows = window_rows(root)
+        unit_rows = unit_loops(root)
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3,
                                         1 if l in unit_rows else _inner_limit(root, l))
@@ -190,7 +203,7 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     base = op_by_name(ops, sk.root or sk.anchor)
     errs: list[str] = []
     levels = 3 if sk.root else 1
-    unit_rows = window_rows(base) if sk.root else set()
+    unit_rows = unit_loops(base) if sk.root else set()
     window = window_loops(base)
     whole = whole_row_loops(ops, sk)
     for l in base.parallel_dims:

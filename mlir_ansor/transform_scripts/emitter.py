@@ -16,6 +16,7 @@ from typing import Sequence
 
 from iree.compiler import ir
 from iree.compiler.dialects import transform
+from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
@@ -123,11 +124,28 @@ def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
     return out
 
 
+def conv_kind(op: OpInfo) -> str:
+    """How a window op reaches the vectorizer: "conv1d" / "conv2d" (plain convolutions:
+    one input-channel reduction, (n, f, spatial...) outputs; named op, 2-D decomposed to
+    1-D), "fold" (any other window op: unit dims folded away), "" (no window)."""
+    windows = max((sum(1 for t in o.map_results if len(t) > 1) for o in op.operands
+                   if not o.is_output), default=0)
+    if not windows:
+        return ""
+    in_window = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
+    channel = [l for l in op.reduction_dims if l not in in_window]
+    if len(channel) == 1 and len(op.extents) == 3 + 2 * windows and windows in (1, 2):
+        return f"conv{windows}d"
+    return "fold"
+
+
 def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
                extra_vector: list) -> list:
     """Tile an op outside the root to rows (`_row_sizes`). A row reduction longer than one
     chunk accumulates chunk-wide partial sums (rfactor) and reduces them once per row;
     returns the partial-sum loops to hoist."""
+    if not op.extents:
+        return []  # a 0-d op (the init of a scalar): nothing to tile
     sizes = _row_sizes(op, tile_last)
     if not op.reduction_dims:
         h[op.name], _ = tb.tile_for(h[op.name], sizes)
@@ -282,11 +300,19 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 if o is not root and o.is_linalg:
                     extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
                     vector_ops.append(o.name)
-            if has_window_access(root):
-                # Convolutions: back to the named op, then 2-D -> 1-D (the unit window rows
-                # fold away) so the vectorizer emits its convolution kernel.
+            kind = conv_kind(root)
+            if kind in ("conv1d", "conv2d"):
+                # Back to the named op; 2-D -> 1-D (the unit window rows fold away) so the
+                # vectorizer emits its 1-D convolution kernel.
                 named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
-                h[root.name] = transform.structured.DecomposeOp(named).result
+                h[root.name] = (transform.structured.DecomposeOp(named).result
+                                if kind == "conv2d" else named)
+            elif kind == "fold":
+                # No 1-D kernel for these (3-D, depthwise, grouped): every window loop and
+                # output row is a unit tile here, and folding the unit dims leaves a
+                # contraction (or an elementwise multiply-add) the vectorizer takes.
+                tb.patterns(func, [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
+                                   transform.ApplyCanonicalizationPatternsOp])
         for n in vector_ops:
             tb.vectorize(h[n])
         for handle in extra_vector:
@@ -312,12 +338,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             # accumulator (bounded by the local tile): vectorize them. Not done in general:
             # a large leftover copy would become one huge vector.
             func = transform.structured.VectorizeChildrenAndApplyPatternsOp(func).result
-        # transfer_to_scf and lower_shape_cast loop forever on the window (conv) tiles.
         transposed = _transposed_tiles(root, plan) if root is not None else []
-        # lower_shape_cast loops forever beside row reductions (softmax) too.
-        row_reductions = any(o.reduction_dims for o in ops if o is not root and o.is_linalg)
         tb.patterns(func, tbm.lower_vectors(
-            shape_casts=(root is None or not has_window_access(root)) and not row_reductions,
             transpose_16x16=bool(transposed) and all(t == (16, 16) for t in transposed)))
         tb.cse(func)
         if any(k.startswith("math.") for o in ops for k in o.body_kinds):

@@ -221,8 +221,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
             transform.ApplyCanonicalizationPatternsOp])
         tb.iree_op("transform.iree.apply_licm", [func])
         tb.cse(func)
-        tb.patterns(func, tbm.lower_vectors(shape_casts=not any(
-            o.reduction_dims for o in ops if o is not root and o.is_linalg)))
+        tb.patterns(func, tbm.lower_vectors())
         tb.cse(func)
         tb.annotate(func, "translation_info", ir.Attribute.parse(
             "#iree_codegen.translation_info<pipeline = #iree_codegen.no_pipeline "

@@ -107,6 +107,10 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     why = ""
     if not any(o.is_linalg for o in ops):
         why = "no linalg op (a copy): left to IREE"
+    elif not ops[-1].parallel_dims:
+        # No parallel loop to give workgroups: IREE 3.13 crashes on a strategy without an
+        # scf.forall, and one workgroup is all a scalar reduction gets anyway.
+        why = "a full reduction to a scalar: left to IREE"
     elif not sketches:
         why = "no sketch (several outputs): left to IREE"
     return replace(task, ops=ops, sketches=sketches, skip_reason=why)
