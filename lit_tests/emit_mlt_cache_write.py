@@ -3,15 +3,9 @@
 # S1 tile (local accumulator), R0 / S2 / R1 tiling, vectorize, hoist, bufferize.
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from helpers import print_strategy
+from helpers import payload, print_strategy
 
-MM = """func.func @main(%a: tensor<128x256xf32>, %b: tensor<256x64xf32>) -> tensor<128x64xf32> {
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<128x64xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<128x64xf32>) -> tensor<128x64xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<128x256xf32>, tensor<256x64xf32>) outs(%f : tensor<128x64xf32>) -> tensor<128x64xf32>
-  return %r : tensor<128x64xf32>
-}"""
+MM = payload("mm_128x256x64")
 print_strategy(MM, 0, seed=1)
 # CHECK: // sketch: AddCacheWrite+MultiLevelTiling
 # CHECK: // step: SplitStep(op='op1_matmul', loop=0

@@ -5,24 +5,10 @@
 # chunk-wide partial sums (256 lanes) that are reduced once per row.
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from helpers import print_strategy
+from helpers import payload, print_strategy
 
-MM = """func.func @main(%a: tensor<128x256xf32>, %b: tensor<256x64xf32>) -> tensor<128x64xf32> {
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<128x64xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<128x64xf32>) -> tensor<128x64xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<128x256xf32>, tensor<256x64xf32>) outs(%f : tensor<128x64xf32>) -> tensor<128x64xf32>
-  return %r : tensor<128x64xf32>
-}"""
-ROW_SUM = """func.func @main(%a: tensor<8x4096xf32>) -> tensor<8xf32> {
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<8xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
-  %r = linalg.reduce ins(%a : tensor<8x4096xf32>) outs(%f : tensor<8xf32>) dimensions = [1]
-    (%x: f32, %acc: f32) { %s = arith.addf %x, %acc : f32
-      linalg.yield %s : f32 }
-  return %r : tensor<8xf32>
-}"""
+MM = payload("mm_128x256x64")
+ROW_SUM = payload("row_sum")
 print_strategy(MM, 1, seed=2)
 # CHECK: // sketch: MultiLevelTiling
 # CHECK: transform.named_sequence @strategy

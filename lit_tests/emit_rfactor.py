@@ -4,17 +4,9 @@
 # the partial-sum loop's accumulator is hoisted into registers.
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from helpers import print_strategy
+from helpers import payload, print_strategy
 
-ROW_SUM = """func.func @main(%a: tensor<8x4096xf32>) -> tensor<8xf32> {
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<8xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
-  %r = linalg.reduce ins(%a : tensor<8x4096xf32>) outs(%f : tensor<8xf32>) dimensions = [1]
-    (%x: f32, %acc: f32) { %s = arith.addf %x, %acc : f32
-      linalg.yield %s : f32 }
-  return %r : tensor<8xf32>
-}"""
+ROW_SUM = payload("row_sum")
 print_strategy(ROW_SUM, 0, seed=4)
 # CHECK: // sketch: AddRfactor
 # CHECK: // step: SplitStep(op='op1_reduce', loop=1, lengths=({{[0-9]+}}, [[V:[0-9]+]])

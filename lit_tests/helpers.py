@@ -1,6 +1,7 @@
 """Shared by the lit tests: emit a program of a payload file with a fixed seed."""
 import random
 import sys
+from pathlib import Path
 
 from iree.compiler import ir
 
@@ -9,6 +10,14 @@ from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.transform_scripts.emitter import emit_standalone
+
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+
+
+def payload(name: str) -> str:
+    """A payload function shared with the pytest suite (tests/data/NAME.mlir)."""
+    return (DATA / f"{name}.mlir").read_text()
 
 
 def program_of(payload: str, sketch_index: int, seed: int):
