@@ -15,3 +15,11 @@ class UnsupportedDispatch(AnsorError):
 
 class CompileError(AnsorError):
     """iree-compile failed on a module we produced."""
+
+
+class StrategiesNotApplied(CompileError):
+    """The model compiled, but some exported strategies matched no dispatch of it."""
+
+    def __init__(self, missing: list[str]):
+        super().__init__(f"tuned strategies not applied to the model: {sorted(missing)}")
+        self.missing = sorted(missing)

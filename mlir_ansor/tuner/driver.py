@@ -8,7 +8,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from mlir_ansor.errors import AnsorError, CompileError, FrontendError
+from mlir_ansor.errors import AnsorError, CompileError, FrontendError, StrategiesNotApplied
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import end_to_end
@@ -180,27 +180,45 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
 
     print("[5/5] end to end: torch eager, IREE default, tuned (side by side)", flush=True)
     e2es = {}
+    dropped: dict[str, str] = {}  # task id -> why its strategy was taken out of the library
     for name, (model, inputs, mdir) in loaded.items():
-        mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
-        try:
-            e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
-                                    library if mine else None, mdir / "e2e", cfg, mine)
-        except CompileError as err:
-            if library is None or not any(e.view_mlir for e in entries):
-                raise
-            # Where codegen's form of a dispatch differs from the flow form, the form its
-            # strategy meets inside the model can differ from the one measured alone (seen
-            # on ResNet-50's strided 1x1 convs): export without those tasks.
-            print(f"the library failed on {name} ({str(err)[:200]}); exporting again "
-                  "without tasks whose codegen form differs from the flow form", flush=True)
-            entries = [e for e in entries if not e.view_mlir or e.view_mlir == e.task_mlir]
-            kept_ids = {e.task_id for e in entries}
-            entry_key = {tid: k for tid, k in entry_key.items() if tid in kept_ids}
-            tuned_ids = set(entry_key)
+        for _ in range(3):
             mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
-            library.write_text(library_text(entries))
-            e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir", library,
-                                    mdir / "e2e", cfg, mine)
+            try:
+                e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
+                                        library if mine else None, mdir / "e2e", cfg, mine)
+                break
+            except CompileError as err:
+                if library is None:
+                    raise
+                if isinstance(err, StrategiesNotApplied):
+                    # Matched alone, not inside the model: IREE's default stays there.
+                    drop = {e.task_id for e in entries
+                            if strategy_name(e.task_id) in err.missing}
+                    why = "not applied in the model: default kept"
+                else:
+                    # Where codegen's form of a dispatch differs from the flow form, the
+                    # form its strategy meets inside the model can differ from the one
+                    # measured alone (seen on ResNet-50's strided 1x1 convs).
+                    drop = {e.task_id for e in entries
+                            if e.view_mlir and e.view_mlir != e.task_mlir}
+                    why = "failed inside the model: default kept"
+                if not drop:
+                    raise
+                print(f"the library failed on {name} ({str(err)[:200]}); exporting again "
+                      f"without {sorted(drop)}", flush=True)
+                dropped.update(dict.fromkeys(drop, why))
+                entries = [e for e in entries if e.task_id not in drop]
+                entry_key = {tid: k for tid, k in entry_key.items() if tid not in drop}
+                tuned_ids = set(entry_key)
+                if entries:
+                    library.write_text(library_text(entries))
+                else:
+                    library.unlink()
+                    library = None
+        else:
+            raise CompileError(f"the tuned library still fails on {name} after dropping "
+                               f"{sorted(dropped)}")
 
     kept = {t.key: (min(timed[t.key]) if t.task_id in tuned_ids else timed[t.key][0])
             if t.key in timed else defaults.get(t.key) for t in tasks}
@@ -209,7 +227,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     for t in tasks:
         d, b = timed.get(t.key, (defaults.get(t.key), None))
         n = sum(1 for r in records if r.task_key == t.key)
-        status = "tuned" if t.task_id in tuned_ids else (t.skip_reason or "default kept")
+        status = "tuned" if t.task_id in tuned_ids else (
+            dropped.get(t.task_id) or t.skip_reason or "default kept")
         if t.tunable and t.key not in timed:
             status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mlir_ansor.errors import CompileError
+from mlir_ansor.errors import CompileError, StrategiesNotApplied
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, compile_module,
                                       median_time, outputs_match, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -75,7 +75,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         applied = compile_model(tools, model_mlir, tuned_vmfb, cfg, library)
     missing = set(expected) - applied
     if missing:
-        raise CompileError(f"tuned strategies not applied to the model: {sorted(missing)}")
+        raise StrategiesNotApplied(sorted(missing))
     max_err = 0.0
     for vmfb in (default_vmfb, tuned_vmfb):
         outs, err = run_outputs(tools, vmfb, in_paths, len(refs), out_dir, cfg)
