@@ -252,6 +252,9 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                              "1.00x", f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
         same = "" if e2e.applied else \
             " (no strategy beat IREE's default: tuned = default module)"
+        if e2e.applied and e2e.tuned_s > e2e.default_s:
+            same = (" (the tuned module is slower end to end: IREE's default module is the "
+                    "one handed back)")
         parts.append(f"End to end (model {name}, outputs match torch, max abs error "
                      f"{e2e.max_error:.2e}){same}:\n{e2e_table}")
     measured = {}
@@ -274,8 +277,10 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                        "applied": list(e.applied), "max_abs_error": e.max_error}
                 for name, e in e2es.items()}}, indent=2))
     first = loaded[names[0]][2]
+    lead = e2es[names[0]]
+    wins = lead.applied and lead.tuned_s <= lead.default_s  # never hand back a slower module
     return TuneResult(report, out, library,
-                      first / "e2e" / ("tuned.vmfb" if e2es[names[0]].applied else "default.vmfb"))
+                      first / "e2e" / ("tuned.vmfb" if wins else "default.vmfb"))
 
 
 def _safe(name: str) -> str:
