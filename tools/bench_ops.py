@@ -6,8 +6,8 @@ sampled programs that compiled, were confirmed applied and validated.
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
 
-Each workload is a normal `mlir_ansor.tune` run (policy random) under OUT/<workload>, so an
-interrupted benchmark resumes from its records. Prints one row per workload, then the
+Each workload is a normal `mlir_ansor.tune` run (policy random) under OUT/<workload>; an
+interrupted benchmark keeps the rows already in OUT/summary.json and resumes the rest. Prints one row per workload, then the
 geometric means per operator and over the suite.
 """
 from __future__ import annotations
@@ -32,11 +32,12 @@ def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
                                         out=out / name, seed=seed, batch=8))
     report = json.loads((res.out / "report.json").read_text())
     e2e = report["e2e"][name]
-    statuses = Counter(json.loads(line)["status"]
-                       for line in (res.out / "records.jsonl").read_text().splitlines() if line)
+    rec_file = res.out / "records.jsonl"  # absent when no task was tunable
+    statuses = Counter(json.loads(line)["status"] for line in
+                       (rec_file.read_text().splitlines() if rec_file.exists() else ()) if line)
     total = sum(statuses.values())
     return {"workload": name, "operator": SUITE[name].operator, "trials": total,
-            "valid": statuses.get("ok", 0) / total if total else float("nan"),
+            "valid": statuses.get("ok", 0) / total if total else 0.0,
             "failures": dict((k, v) for k, v in statuses.items() if k != "ok"),
             "torch_s": e2e["torch_s"], "default_s": e2e["default_s"], "tuned_s": e2e["tuned_s"],
             "applied": len(e2e["applied"])}
@@ -54,25 +55,34 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown operators {unknown}; choose from {list(OPERATORS)}")
     names = [n for n, w in SUITE.items() if not args.only or w.operator in args.only]
+    summary = args.out / "summary.json"
+    done = {r["workload"]: r for r in json.loads(summary.read_text())} if summary.exists() else {}
     rows = []
     for name in names:
+        if name in done and done[name]["trials"] >= min(args.trials, 1):
+            rows.append(done[name])  # measured by an earlier, interrupted run
+            continue
         print(f"=== {name}", flush=True)
         rows.append(bench_workload(name, args.trials, args.out, args.seed))
-        (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
+        summary.write_text(json.dumps(rows + [r for n, r in done.items()
+                                              if n not in {x["workload"] for x in rows}],
+                                      indent=2))
     print(f"\nOperator suite, {args.trials} random trials per workload, llvm-cpu "
           "(latencies: medians measured side by side in one run per workload)")
     hdr = (f"{'workload':15s} {'trials':>6s} {'valid':>6s} {'torch ms':>9s} {'IREE ms':>9s} "
            f"{'tuned ms':>9s} {'vs IREE':>8s} {'vs torch':>8s}  failures")
     print(hdr)
     for r in rows:
-        print(f"{r['workload']:15s} {r['trials']:6d} {100 * r['valid']:5.1f}% "
+        valid = f"{100 * r['valid']:5.1f}%" if r["trials"] else "    - "
+        print(f"{r['workload']:15s} {r['trials']:6d} {valid} "
               f"{r['torch_s'] * 1e3:9.3f} {r['default_s'] * 1e3:9.3f} {r['tuned_s'] * 1e3:9.3f} "
               f"{r['default_s'] / r['tuned_s']:7.2f}x {r['torch_s'] / r['tuned_s']:7.2f}x  "
               f"{r['failures'] or ''}")
     print(f"\n{'operator':10s} {'valid':>6s} {'vs IREE (geomean)':>18s} {'vs torch':>9s}")
     for op in dict.fromkeys(r["operator"] for r in rows):
         rs = [r for r in rows if r["operator"] == op]
-        valid = sum(r["valid"] * r["trials"] for r in rs) / max(1, sum(r["trials"] for r in rs))
+        n = sum(r["trials"] for r in rs)
+        valid = sum(r["valid"] * r["trials"] for r in rs if r["trials"]) / max(1, n)
         print(f"{op:10s} {100 * valid:5.1f}% "
               f"{_geomean([r['default_s'] / r['tuned_s'] for r in rs]):17.2f}x "
               f"{_geomean([r['torch_s'] / r['tuned_s'] for r in rs]):8.2f}x")
