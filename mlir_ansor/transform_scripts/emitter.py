@@ -184,6 +184,13 @@ def _tile_last(op: OpInfo, plan: "_Plan", shape: Sequence[int]) -> int:
     return shape[dims[-1]]
 
 
+def chunk(extent: int, limit: int) -> int:
+    """Tile size of a loop cut into the largest chunks of at most `limit` that divide it
+    (0: the loop stays whole)."""
+    size = max(d for d in range(1, min(extent, limit) + 1) if extent % d == 0)
+    return 0 if size == extent else size
+
+
 def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
     """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along its last loop;
     a reduction to chunks of its innermost reduction loop (a whole long reduction as one
@@ -193,11 +200,9 @@ def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
         sizes = [1] * n
         last = op.reduction_dims[-1]
         ext = op.extents[last]
-        vec = max(d for d in range(1, min(ext, MAX_REDUCTION_VECTOR) + 1) if ext % d == 0)
-        sizes[last] = 0 if vec == ext else vec
+        sizes[last] = chunk(ext, MAX_REDUCTION_VECTOR)
         return sizes
-    vec = max(d for d in range(1, min(tile_last, MAX_ELEMENTWISE_VECTOR) + 1) if tile_last % d == 0)
-    return [1] * (n - 1) + [0 if vec == tile_last else vec]
+    return [1] * (n - 1) + [chunk(tile_last, MAX_ELEMENTWISE_VECTOR)]
 
 
 def payload_handles(tb: tbm.TB, target: ir.Value, ops: Sequence[OpInfo]
@@ -216,6 +221,27 @@ def payload_handles(tb: tbm.TB, target: ir.Value, ops: Sequence[OpInfo]
     return func, dict(zip((o.name for o in ops), handles))
 
 
+def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
+                         ops: Sequence[OpInfo], plan: _Plan) -> None:
+    """S0: one scf.forall over workgroups (blocks) on the anchor, every producer fused into
+    it, consumers first; `h` is updated to the fused ops."""
+    h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], plan.anchor_sizes(0))
+    for o in reversed(ops):
+        if o is not plan.anchor:
+            h[o.name], forall = tb.fuse_into(h[o.name], forall)
+    tb.patterns(func, tbm.tiling_cleanup())
+    tb.cse(func)
+
+
+def dedupe_fused(h: dict[str, ir.Value], ops: Sequence[OpInfo], anchor: OpInfo) -> None:
+    """A producer with several uses is fused once per use (and its own producers once per
+    copy); CSE merges the copies, so a handle may name one op twice: dedupe them."""
+    if any(len(consumers(ops, o.index)) > 1 for o in ops):
+        for o in ops:
+            if o is not anchor:
+                h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
+
+
 def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%module)` at the current insertion point."""
     plan = _Plan(ops, program)
@@ -227,18 +253,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         func, h = payload_handles(tb, seq.bodyTarget, ops)
 
         # S0: workgroups on the anchor, every producer fused in (consumers first).
-        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], plan.anchor_sizes(0))
-        for o in reversed(ops):
-            if o is not plan.anchor:
-                h[o.name], forall = tb.fuse_into(h[o.name], forall)
-        tb.patterns(func, tbm.tiling_cleanup())
-        tb.cse(func)
-        if any(len(consumers(ops, o.index)) > 1 for o in ops):
-            # A producer with several uses is fused once per use (and its own producers once
-            # per copy); CSE merged the copies, so a handle may name one op twice.
-            for o in ops:
-                if o is not plan.anchor:
-                    h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
+        workgroups_on_anchor(tb, func, h, ops, plan)
+        dedupe_fused(h, ops, plan.anchor)
 
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself

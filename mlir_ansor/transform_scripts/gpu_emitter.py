@@ -20,9 +20,10 @@ from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import consumers, has_window_access
+from mlir_ansor.sketch_passes.analysis import has_window_access
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.transform_scripts.emitter import _Plan, payload_handles
+from mlir_ansor.transform_scripts.emitter import (_Plan, chunk, dedupe_fused,
+                                                  payload_handles, workgroups_on_anchor)
 
 MAX_THREAD_REDUCTION = 16  # reduction chunk of a plain op inside one thread
 
@@ -99,9 +100,7 @@ def _reduction_chunks(op: OpInfo) -> list[int]:
     sizes = [0] * len(op.extents)
     if op.reduction_dims:
         last = op.reduction_dims[-1]
-        ext = op.extents[last]
-        vec = max(d for d in range(1, min(ext, MAX_THREAD_REDUCTION) + 1) if ext % d == 0)
-        sizes[last] = 0 if vec == ext else vec
+        sizes[last] = chunk(op.extents[last], MAX_THREAD_REDUCTION)
     return sizes
 
 
@@ -117,13 +116,8 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
         func, h = payload_handles(tb, seq.bodyTarget, ops)
 
         # S0: blocks on the anchor, producers fused.
+        workgroups_on_anchor(tb, func, h, ops, plan)
         block = plan.anchor_sizes(0)
-        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], block)
-        for o in reversed(ops):
-            if o is not plan.anchor:
-                h[o.name], forall = tb.fuse_into(h[o.name], forall)
-        tb.patterns(func, tbm.tiling_cleanup())
-        tb.cse(func)
 
         # S1+S2: threads on the thread anchor, every other op fused into the thread tile.
         t_anchor = plan.anchor if (root is None or sk.fuse_consumer) else root
@@ -142,10 +136,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                     h[o.name], t_forall = tb.fuse_into(h[o.name], t_forall)
             tb.patterns(func, tbm.tiling_cleanup())
             tb.cse(func)
-        if any(len(consumers(ops, o.index)) > 1 for o in ops):
-            for o in ops:  # fused once per use, merged by CSE: dedupe the handles
-                if o is not plan.anchor:
-                    h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
+        dedupe_fused(h, ops, plan.anchor)
 
         dims = (list(reversed(counts)) + [1, 1, 1])[:3]
         vector_ops = []
