@@ -349,6 +349,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         tb.iree_op("transform.iree.forall_to_workgroup", [func])
         tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
         tb.cse(func)
+        # CSE merges the two subviews of a copy bufferization left between equal views;
+        # canonicalizing again erases that self-copy, which vectorized would be one vector
+        # of the whole workgroup tile (minutes of LLVM time on large conv tiles).
+        tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
         if root is not None and has_window_access(root):
             # Decomposed convolutions leave small copies around their rank-reduced
             # accumulator (bounded by the local tile): vectorize them. Not done in general:

@@ -39,6 +39,10 @@ class TuneOptions:
     # their programs compete for export (apply-best); never counted in this run's budget
     # (dispatch-name pattern, AnnotationHints): restrict or bias the annotation of tasks
     hints: tuple[tuple[str, AnnotationHints], ...] = ()
+    # A strategy is exported only if it beat IREE's default on its task by this factor when
+    # re-timed side by side: a smaller gain is within this machine's noise and may lose in
+    # the model.
+    min_speedup: float = 1.03
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -168,8 +172,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             continue
         best_s, best_p = min(ok, key=lambda x: x[0])
         timed[t.key] = (default_s, best_s)
-        # Keep a strategy only where it beat IREE's default on this machine.
-        if best_s < default_s:
+        # Keep a strategy only where it clearly beat IREE's default on this machine.
+        if best_s * opts.min_speedup < default_s:
             entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_p, t.view_mlir))
             entry_key[t.task_id] = t.key
     library = None

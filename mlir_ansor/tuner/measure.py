@@ -39,6 +39,9 @@ class MeasureConfig:
     compile_mem_bytes: int = 6 << 30
     repetitions: int = 5
     min_time_s: float = 0.05
+    # Untimed runs first: the first repetitions of a fresh process run up to 2x slower
+    # (thread pool and caches warming up), which swamped differences between modules.
+    warmup_s: float = 0.1
     # A candidate whose first run is this many times slower than the task's best so far is
     # timed once: its exact latency does not change any decision, and slow candidates would
     # otherwise take most of the tuning time.
@@ -99,6 +102,8 @@ def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
     cmd = [tools.benchmark, f"--module={vmfb}", "--function=main",
            *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
            f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
+    if not quick and cfg.warmup_s > 0:
+        cmd.append(f"--benchmark_min_warmup_time={cfg.warmup_s}")
     res = run_isolated(cmd, cfg.run_timeout_s)
     if res.timed_out:
         return None, "timeout"
