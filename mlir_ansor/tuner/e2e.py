@@ -53,7 +53,7 @@ def torch_time(model, inputs: tuple, reps: int) -> float:
 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
-               rounds: int = 7) -> EndToEnd:
+               rounds: int = 11) -> EndToEnd:
     import torch
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -87,8 +87,8 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
     t_torch, t_def, t_tuned = [], [], []
     timed = [(default_vmfb, t_def)] + ([(tuned_vmfb, t_tuned)] if library is not None else [])
-    for _ in range(rounds):  # interleaved: machine noise hits all three alike
-        for vmfb, times in timed:
+    for i in range(rounds):  # interleaved, order alternating: drift hits all alike
+        for vmfb, times in (timed if i % 2 == 0 else timed[::-1]):
             t = median_time(tools, vmfb, in_paths, cfg)
             if t is None:
                 raise CompileError(f"benchmarking {vmfb.name} failed")

@@ -196,7 +196,7 @@ class TaskMeasurer:
         return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
 
     def remeasure(self, programs: Sequence[Program],
-                  rounds: int = 3) -> tuple[float, list[float | None]] | None:
+                  rounds: int = 4) -> tuple[float, list[float | None]] | None:
         """Re-time the default and `programs` in interleaved rounds (a noisy machine drifts
         between measurements taken minutes apart). Returns the default's median and each
         program's median (None where it failed now); None if the default failed."""
@@ -210,13 +210,16 @@ class TaskMeasurer:
             vmfbs.append(d / "cand.vmfb" if status == rec.OK else None)
         t_def: list[float] = []
         t_new: list[list[float]] = [[] for _ in programs]
-        for _ in range(rounds):
-            a = self.time_default()
-            if a is None:
-                return None
-            t_def.append(a)
-            for i, v in enumerate(vmfbs):
-                b = median_time(self.tools, v, self.inputs, self.cfg) if v else None
+        for r in range(rounds):
+            order = [-1, *range(len(vmfbs))]  # -1: the default
+            for i in (order if r % 2 == 0 else order[::-1]):  # alternating: drift cancels
+                if i < 0:
+                    a = self.time_default()
+                    if a is None:
+                        return None
+                    t_def.append(a)
+                    continue
+                b = median_time(self.tools, vmfbs[i], self.inputs, self.cfg) if vmfbs[i] else None
                 if b is None:
                     vmfbs[i] = None
                 else:
