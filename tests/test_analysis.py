@@ -62,3 +62,52 @@ def test_captured_values_pick_the_structural_matcher():
     assert captures_outer_values((DATA / "scale_rows.mlir").read_text())
     # The relu's 0.0 also feeds the matmul's fill: a DAG leaf, which the DAG matcher maps.
     assert not captures_outer_values((DATA / "mm_relu_512.mlir").read_text())
+
+
+def _depthwise_chw(stride: int) -> str:
+    """A batch-1 depthwise conv as IREE hands it over (channels first, no batch loop)."""
+    from tests.conftest import linalg_func
+
+    o, i = 28, 28 * stride + 2
+    return linalg_func(
+        f"%x: tensor<8x{i}x{i}xf32>, %w: tensor<8x3x3xf32>", f"tensor<8x{o}x{o}xf32>", f"""
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x{o}x{o}xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<8x{o}x{o}xf32>) -> tensor<8x{o}x{o}xf32>
+  %r = linalg.generic {{indexing_maps = [
+      affine_map<(d0, d1, d2, d3, d4) -> (d2, d0 * {stride} + d3, d1 * {stride} + d4)>,
+      affine_map<(d0, d1, d2, d3, d4) -> (d2, d3, d4)>,
+      affine_map<(d0, d1, d2, d3, d4) -> (d2, d0, d1)>],
+      iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}}
+      ins(%x, %w : tensor<8x{i}x{i}xf32>, tensor<8x3x3xf32>) outs(%f : tensor<8x{o}x{o}xf32>) {{
+    ^bb0(%a: f32, %b: f32, %c: f32):
+      %m = arith.mulf %a, %b : f32
+      %s = arith.addf %c, %m : f32
+      linalg.yield %s : f32
+  }} -> tensor<8x{o}x{o}xf32>
+  return %r : tensor<8x{o}x{o}xf32>""")
+
+
+def test_strided_depthwise_keeps_unit_strided_tiles():
+    """The fold path cannot vectorize d * 2 (no projected permutation): the strided output
+    columns get a unit register tile; stride 1 leaves them free."""
+    import random
+
+    from mlir_ansor.sketch_passes.annotation import annotate, unit_loops
+    from mlir_ansor.sketch_passes.rules import default_cpu_rules
+    from mlir_ansor.sketch_passes.sketch import generate_sketches
+
+    _, dw2 = ops_of(_depthwise_chw(2))
+    assert A.conv_kind(dw2) == "fold"
+    assert A.strided_window_loops(dw2) == {0, 1}
+    assert {0, 1} <= unit_loops(dw2)
+    _, dw1 = ops_of(_depthwise_chw(1))
+    assert A.strided_window_loops(dw1) == set()
+    assert 1 not in unit_loops(dw1)
+    ops = ops_of(_depthwise_chw(2))
+    rng = random.Random(0)
+    for sk in generate_sketches(ops, default_cpu_rules()):
+        for _ in range(20):
+            prog = annotate(ops, sk, rng)
+            assert prog.split(dw2.name, 0).lengths[-1] == 1
+            assert prog.split(dw2.name, 1).lengths[-1] == 1

@@ -112,6 +112,9 @@ def _suite() -> list[Workload]:
                  _r(1, 32, 112, 112)),
         Workload("DEP-b16", "DEP", lambda: nn.Conv2d(128, 128, 3, 1, 1, groups=128, bias=False),
                  _r(16, 128, 28, 28)),
+        # MobileNet-V2's stride-2 depthwise conv: a strided window read.
+        Workload("DEP-b1-s2", "DEP", lambda: nn.Conv2d(144, 144, 3, 2, 1, groups=144,
+                                                       bias=False), _r(1, 144, 56, 56)),
         Workload("T2D-b1", "T2D", lambda: nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False),
                  _r(1, 256, 8, 8)),
         Workload("T2D-b16", "T2D", lambda: nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False),

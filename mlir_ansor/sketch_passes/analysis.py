@@ -85,3 +85,29 @@ def has_strided_access(op: OpInfo) -> bool:
     generic): the vectorizer rejects such maps, so the strategy factors out a strided slice."""
     return any(len(t) == 1 and t[0][1] > 1 for o in op.operands if not o.is_output
                for t in o.map_results)
+
+
+def conv_kind(op: OpInfo) -> str:
+    """How a window op reaches the vectorizer: "conv1d" / "conv2d" (plain convolutions:
+    one input-channel reduction, (n, f, spatial...) outputs; named op, 2-D decomposed to
+    1-D), "fold" (any other window op: unit dims folded away), "" (no window)."""
+    windows = max((sum(1 for t in o.map_results if len(t) > 1) for o in op.operands
+                   if not o.is_output), default=0)
+    if not windows:
+        return ""
+    in_window = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
+    channel = [l for l in op.reduction_dims if l not in in_window]
+    if len(channel) == 1 and len(op.extents) == 3 + 2 * windows and windows in (1, 2):
+        return f"conv{windows}d"
+    return "fold"
+
+
+def strided_window_loops(op: OpInfo) -> set[int]:
+    """Output loops an input reads with a stride > 1 inside a window index (d * s + k): once
+    the unit window dims fold away, d * s is no projected permutation and the vectorizer
+    fails, so on the "fold" path these loops keep a unit register tile. (The named 1-D
+    convolution kernels take strides.)"""
+    if conv_kind(op) != "fold":
+        return set()
+    return {d for o in op.operands if not o.is_output for t in o.map_results if len(t) > 1
+            for d, c in t if c > 1 and op.iterators[d] == "parallel"}

@@ -6,6 +6,7 @@ import random
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.analysis import strided_window_loops
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -73,8 +74,10 @@ def batch_loops(op: OpInfo) -> set[int]:
 def unit_loops(op: OpInfo) -> set[int]:
     """Loops whose register tile is 1: window rows (see window_rows) and, for ops with a
     reduction, batch loops (a batch dim in the register tile turns the vector contraction
-    into one the outer-product lowering unrolls for minutes)."""
-    return window_rows(op) | (batch_loops(op) if op.reduction_dims else set())
+    into one the outer-product lowering unrolls for minutes), and loops read with a stride
+    by a folded window op (see strided_window_loops)."""
+    return (window_rows(op) | strided_window_loops(op) |
+            (batch_loops(op) if op.reduction_dims else set()))
 
 
 def _inner_limit(op: OpInfo, loop: int) -> int:

@@ -20,7 +20,7 @@ from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import (consumers, has_strided_access,
+from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
 from mlir_ansor.sketch_passes.annotation import op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
@@ -122,21 +122,6 @@ def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
             red = plan.lengths.get(inner[0][0], (1,))
             out.append((plan.lengths[lane][-1], red[1] if len(red) > 1 else 1))
     return out
-
-
-def conv_kind(op: OpInfo) -> str:
-    """How a window op reaches the vectorizer: "conv1d" / "conv2d" (plain convolutions:
-    one input-channel reduction, (n, f, spatial...) outputs; named op, 2-D decomposed to
-    1-D), "fold" (any other window op: unit dims folded away), "" (no window)."""
-    windows = max((sum(1 for t in o.map_results if len(t) > 1) for o in op.operands
-                   if not o.is_output), default=0)
-    if not windows:
-        return ""
-    in_window = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
-    channel = [l for l in op.reduction_dims if l not in in_window]
-    if len(channel) == 1 and len(op.extents) == 3 + 2 * windows and windows in (1, 2):
-        return f"conv{windows}d"
-    return "fold"
 
 
 def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
