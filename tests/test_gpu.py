@@ -5,9 +5,12 @@ import random
 import pytest
 
 from mlir_ansor.examples.operators import SUITE
-from mlir_ansor.sketch_passes.annotation import annotate
-from mlir_ansor.sketch_passes.gpu_annotation import (MAX_SHARED_BYTES, MAX_THREAD_TILE,
-                                                     MAX_THREADS, shared_bytes)
+from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.gpu_annotation import (MAX_BLOCK_ROWS, MAX_SHARED_BYTES,
+                                                     MAX_THREAD_TILE, MAX_THREADS,
+                                                     shared_bytes)
+from mlir_ansor.sketch_passes.mutations import crossover, mutate
+from mlir_ansor.sketch_passes.program import SplitStep
 from mlir_ansor.sketch_passes.rules import default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.compile_check import COMPILED, check_programs, codegen_task
@@ -23,10 +26,11 @@ def _gpu_sketches(text):
 
 def test_gpu_sketch_kinds():
     """matmul: SSSRRSRS with the inputs cache-read into shared memory, and without;
-    elementwise chain: the producer inlined; a row sum: one plain sketch (threads over rows)."""
+    elementwise chain: the producer inlined; a row sum: its rows split over a block's threads
+    (cross-thread reduction), and the plain sketch (a thread per row)."""
     for text, want in ((MATMUL, ["AddCacheReadShared+MultiLevelTilingGPU", "MultiLevelTilingGPU"]),
                        (ELEMENTWISE, ["AlwaysInline"]),
-                       (ROW_SUM, ["Plain"])):
+                       (ROW_SUM, ["AddCrossThreadReduction", "Plain"])):
         _, sks = _gpu_sketches(text)
         assert [s.name for s in sks] == want and all(s.gpu for s in sks)
 
@@ -71,3 +75,61 @@ def test_cuda_programs_compile_to_ptx(tools, tmp_path, name):
             assert ".entry" in text and "%tid.x" in text
             if p.sketch.cache_read:  # tiles staged in shared memory between barriers
                 assert ".shared" in text and "bar.sync" in text
+
+
+def test_cross_thread_annotation():
+    """Rows per block within the limit, the row split over a warp or more of threads that
+    divide it, and every sampled program valid by `violations`."""
+    ops, sks = _gpu_sketches(ROW_SUM)
+    red = ops[-1]
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(50):
+        p = annotate(ops, sks[0], rng)
+        rows = p.split(red.name, 0).lengths
+        threads, vec = p.split(red.name, 1).lengths
+        assert len(rows) == 1 and rows[0] <= MAX_BLOCK_ROWS
+        assert 32 <= threads <= MAX_THREADS and 4096 % (threads * vec) == 0
+        assert violations(ops, p) == []
+        seen.add(threads)
+    assert len(seen) > 3  # the thread count is searched
+
+
+def test_gpu_programs_mutate_and_cross():
+    """GPU programs evolve: mutations and crossover give valid, different programs, and
+    `violations` rejects a block of too many threads."""
+    for text in (MATMUL, ROW_SUM):
+        ops, sks = _gpu_sketches(text)
+        rng = random.Random(1)
+        for sk in sks:
+            progs = [annotate(ops, sk, rng) for _ in range(6)]
+            children = [c for p in progs for c in [mutate(ops, p, rng)] if c is not None]
+            assert len(children) >= 4, sk.name
+            assert all(violations(ops, c) == [] for c in children)
+            kids = [crossover(ops, a, b, rng) for a, b in zip(progs, progs[1:])]
+            assert all(violations(ops, k) == [] for k in kids if k is not None)
+    ops, sks = _gpu_sketches(MATMUL)
+    p = annotate(ops, sks[1], random.Random(0))
+    s = p.split(ops[-1].name, 0)
+    bad = type(p)(p.sketch, tuple(SplitStep(s.op, s.loop, (512, 1, 1)) if st is s else st
+                                  for st in p.steps))
+    assert violations(ops, bad)
+
+
+def test_cross_thread_reduction_compiles_to_ptx(tools, tmp_path):
+    """NRM-b16 (16 sums of squares of 65536): the cross-thread programs compile to PTX with
+    the partial results in shared memory and barriers between the phases."""
+    model, inputs = SUITE["NRM-b16"]()
+    (tmp_path / "m.mlir").write_text(import_model(model, inputs))
+    (task,) = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "cuda", tools, 300),
+                                        "cuda") if t.tunable]
+    task = codegen_task(task, tmp_path, tools, "cuda")
+    assert [s.name for s in task.sketches] == ["AddCrossThreadReduction", "Plain"]
+    rng = random.Random(0)
+    progs = [annotate(task.ops, task.sketches[0], rng) for _ in range(2)]
+    checks = check_programs(task, progs, tmp_path, tools, "cuda", timeout_s=120)
+    assert [c.status for c in checks] == [COMPILED] * 2, [c.error for c in checks]
+    for i in range(2):
+        (ptx,) = (tmp_path / task.task_id / f"check{i}" / "binaries").glob("*.ptx")
+        text = ptx.read_text()
+        assert "%tid.x" in text and ".shared" in text and "bar.sync" in text

@@ -1,11 +1,12 @@
 """Each derivation rule on its own: the states where it applies and where it does not."""
 import pytest
 
-from mlir_ansor.sketch_passes.rules import (AddCacheWrite, AddRfactor, AlwaysInline,
+from mlir_ansor.sketch_passes.rules import (AddCacheWrite, AddCrossThreadReduction,
+                                            AddRfactor, AlwaysInline,
                                             MultiLevelTiling, MultiLevelTilingGPU,
                                             MultiLevelTilingWithFusion, Skip)
 from mlir_ansor.sketch_passes.sketch import Decision, Sketch, State
-from tests.conftest import DATA, ELEMENTWISE, MATMUL, ROW_SUM, ops_of
+from tests.conftest import DATA, ELEMENTWISE, MATMUL, ROW_SUM, linalg_func, ops_of
 
 MM_RELU = (DATA / "mm_relu_512.mlir").read_text()
 
@@ -67,3 +68,28 @@ def test_apply_results():
     _, ops, st = _decide(AlwaysInline(), ELEMENTWISE, 0)
     (nxt,) = AlwaysInline().apply(ops, st)
     assert nxt.sketch.inlined == (ops[0].name,)
+
+
+COLUMN_SUM = linalg_func("%a: tensor<8x4096xf32>", "tensor<4096xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4096xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<4096xf32>) -> tensor<4096xf32>
+  %r = linalg.reduce ins(%a : tensor<8x4096xf32>) outs(%f : tensor<4096xf32>) dimensions = [0]
+    (%x: f32, %acc: f32) { %s = arith.addf %x, %acc : f32
+      linalg.yield %s : f32 }
+  return %r : tensor<4096xf32>""")
+
+
+def test_cross_thread_reduction_condition():
+    """GPU only; long rows over few outputs, no data reuse, no root chosen yet."""
+    rule = AddCrossThreadReduction()
+    assert _decide(rule, ROW_SUM, -1, gpu=True)[0] == Decision.APPLY  # 8 rows of 4096
+    assert _decide(rule, ROW_SUM, -1)[0] == Decision.SKIP  # CPU sketch: AddRfactor's job
+    assert _decide(rule, COLUMN_SUM, -1, gpu=True)[0] == Decision.SKIP  # 4096 rows of 8
+    assert _decide(rule, MATMUL, -1, gpu=True)[0] == Decision.SKIP  # data reuse: tiling
+    assert _decide(rule, ELEMENTWISE, -1, gpu=True)[0] == Decision.SKIP  # no reduction
+    assert _decide(rule, ROW_SUM, -1, gpu=True, root="opX")[0] == Decision.SKIP
+    _, ops, st = _decide(rule, ROW_SUM, -1, gpu=True)
+    (nxt,) = rule.apply(ops, st)
+    assert nxt.sketch.rfactor and nxt.sketch.gpu and nxt.sketch.root == ops[-1].name
+    assert nxt.sketch.rules == ("AddCrossThreadReduction",)

@@ -202,7 +202,8 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     and crossover results are checked with this before they are scored or measured."""
     sk = prog.sketch
     if sk.gpu:
-        return ["GPU programs are sampled, not mutated (yet)"]
+        from mlir_ansor.sketch_passes.gpu_annotation import gpu_violations  # (imports this)
+        return gpu_violations(ops, prog)
     base = op_by_name(ops, sk.root or sk.anchor)
     errs: list[str] = []
     levels = 3 if sk.root else 1
@@ -261,6 +262,9 @@ def repair(ops: Sequence[OpInfo], prog: Program) -> Program:
     the old factor)."""
     sk = prog.sketch
     base = op_by_name(ops, sk.root or sk.anchor)
+    if sk.gpu:
+        from mlir_ansor.sketch_passes.gpu_annotation import repair_gpu  # (imports this)
+        return repair_gpu(ops, prog)
     eligible = _eligible_parallel(base, prog)
     steps = []
     for s in prog.steps:

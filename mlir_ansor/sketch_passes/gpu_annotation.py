@@ -6,6 +6,11 @@ block tile is threads * vthread * inner and one thread computes vthread * inner.
 loops get (shared tile, inner) (window loops: (shared tile,)). Plain sketches: every
 parallel loop of the anchor gets (threads, inner).
 
+Cross-thread reduction sketches (`rfactor` on GPU): every parallel loop of the root gets
+(rows,), the outputs one block reduces (at most MAX_BLOCK_ROWS in all); the innermost
+reduction loop gets (threads, vector): the threads splitting each row (threadIdx.x) and the
+vector each thread reads per step of its slice.
+
 A block has at most MAX_THREADS threads (at least MIN_THREADS where the loops allow) over
 at most three loops (threadIdx.x/y/z), the grid spans at most three loops (blockIdx), and
 one thread's tile holds at most MAX_THREAD_TILE elements.
@@ -30,6 +35,8 @@ MAX_VTHREAD = 4
 MAX_GRID_DIMS = 3
 MAX_SHARED_K = 64  # reduction elements per shared-memory tile
 MAX_SHARED_BYTES = 48 * 1024  # workgroup memory of the cache reads (the static limit)
+MAX_BLOCK_ROWS = 4  # outputs one block reduces across its threads
+MAX_THREAD_VECTOR = 4  # elements a thread reads per step of a cross-thread reduction
 
 
 def _pick(rng: random.Random, n: int, limit: int) -> int:
@@ -89,7 +96,124 @@ def annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> P
     return prog
 
 
+def reduction_threads(extent: int) -> list[int]:
+    """Thread counts that can split a row of `extent`: divisors from a warp to MAX_THREADS
+    (the largest divisor below a warp if the row has none)."""
+    ok = [d for d in divisors(extent) if MIN_THREADS <= d <= MAX_THREADS]
+    return ok or [max(d for d in divisors(extent) if d <= MAX_THREADS)]
+
+
+def _grid_loops(op: OpInfo, rows: dict[int, int]) -> tuple[int, ...]:
+    """The (last three) loops whose rows split over blocks; other loops stay whole."""
+    return tuple([l for l in op.parallel_dims if op.extents[l] // rows[l] > 1][-MAX_GRID_DIMS:])
+
+
+def _annotate_cross_thread(ops: Sequence[OpInfo], sketch: Sketch,
+                           rng: random.Random) -> Program:
+    root = op_by_name(ops, sketch.root)
+    prog = Program(sketch)
+    budget = MAX_BLOCK_ROWS
+    rows = {}
+    for l in reversed(root.parallel_dims):
+        rows[l] = _pick(rng, root.extents[l], budget)
+        budget //= rows[l]
+    grid = _grid_loops(root, rows)
+    for l in root.parallel_dims:
+        # A loop outside the grid stays whole in each block.
+        prog = prog.with_step(SplitStep(root.name, l,
+                                        (rows[l] if l in grid else root.extents[l],)))
+    last = root.reduction_dims[-1]
+    threads = rng.choice(reduction_threads(root.extents[last]))
+    vec = _pick(rng, root.extents[last] // threads, MAX_THREAD_VECTOR)
+    prog = prog.with_step(SplitStep(root.name, last, (threads, vec)))
+    prog = prog.with_step(ParallelStep(root.name, grid))
+    prog = prog.with_step(UnrollStep(root.name, 1))
+    return prog.with_step(VectorizeStep(root.name))
+
+
+def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
+    """Why a GPU program is not one `annotate_gpu` could have produced ([] = valid)."""
+    sk = prog.sketch
+    base = op_by_name(ops, sk.root or sk.anchor)
+    errs: list[str] = []
+    u = prog.find(UnrollStep, base.name)
+    if u is not None and u.factor != 1:
+        errs.append("GPU strategies do not unroll")  # the emitter has no unroll step
+    if sk.rfactor:
+        last = base.reduction_dims[-1]
+        total = 1
+        for l in base.parallel_dims:
+            s = prog.split(base.name, l)
+            if s is None or len(s.lengths) != 1 or base.extents[l] % s.lengths[0]:
+                errs.append(f"loop {l}: needs one level dividing {base.extents[l]}")
+            elif s.lengths[0] != base.extents[l]:
+                total *= s.lengths[0]
+        if total > MAX_BLOCK_ROWS:
+            errs.append(f"{total} rows per block > {MAX_BLOCK_ROWS}")
+        s = prog.split(base.name, last)
+        if s is None or len(s.lengths) != 2 or s.lengths[0] not in \
+                reduction_threads(base.extents[last]) or \
+                (base.extents[last] // s.lengths[0]) % s.lengths[1] or \
+                s.lengths[1] > MAX_THREAD_VECTOR:
+            errs.append("reduction loop: bad (threads, vector) split")
+        par = prog.find(ParallelStep, base.name)
+        if not errs and (par is None or list(par.loops) != [
+                l for l in base.parallel_dims
+                if base.extents[l] // prog.split(base.name, l).lengths[0] > 1]
+                or len(par.loops) > MAX_GRID_DIMS):
+            errs.append("the grid must span every split loop, at most three")
+        return errs
+    levels = 3 if sk.root else 2
+    threads = tile = 1
+    for l in base.parallel_dims:
+        s = prog.split(base.name, l)
+        if s is None or len(s.lengths) != levels or base.extents[l] % math.prod(s.lengths):
+            errs.append(f"loop {l}: needs {levels} levels dividing {base.extents[l]}")
+            continue
+        threads *= s.lengths[0]
+        tile *= math.prod(s.lengths[1:])
+        if s.lengths[-1] > MAX_INNER or (sk.root and s.lengths[1] > MAX_VTHREAD):
+            errs.append(f"loop {l}: inner or vthread tile too large")
+    if errs:
+        return errs
+    threaded = [l for l in base.parallel_dims if prog.split(base.name, l).lengths[0] > 1]
+    if any(l not in base.parallel_dims[-3:] for l in threaded):
+        errs.append("threads map to the last three loops only")
+    if threads > MAX_THREADS or tile > MAX_THREAD_TILE:
+        errs.append(f"{threads} threads or a {tile}-element thread tile: too many")
+    if sk.root:
+        window = window_loops(base) or set()
+        for l in base.reduction_dims:
+            s = prog.split(base.name, l)
+            want = 1 if l in window else 2
+            if s is None or len(s.lengths) != want or base.extents[l] % s.lengths[0] or \
+                    s.lengths[0] > MAX_SHARED_K or (want == 2 and (
+                        s.lengths[0] % s.lengths[1] or s.lengths[1] > MAX_INNER)):
+                errs.append(f"reduction loop {l}: bad shared/inner split")
+        if sk.cache_read and not errs and shared_bytes(base, prog) > MAX_SHARED_BYTES:
+            errs.append("cache reads exceed the workgroup memory")
+    par = prog.find(ParallelStep, base.name)
+    grid = [l for l in base.parallel_dims
+            if prog.split(base.name, l) is not None and
+            base.extents[l] // math.prod(prog.split(base.name, l).lengths) > 1]
+    if par is None or list(par.loops) != grid or len(grid) > MAX_GRID_DIMS:
+        errs.append("the grid must span every split loop, at most three")
+    return errs
+
+
+def repair_gpu(ops: Sequence[OpInfo], prog: Program) -> Program:
+    """After an edit of the tile sizes: the grid spans the loops that still split."""
+    base = op_by_name(ops, prog.sketch.root or prog.sketch.anchor)
+    grid = tuple(l for l in base.parallel_dims if prog.split(base.name, l) is not None and
+                 base.extents[l] // math.prod(prog.split(base.name, l).lengths) > 1)
+    return Program(prog.sketch, tuple(
+        ParallelStep(s.op, grid) if isinstance(s, ParallelStep) and s.op == base.name else s
+        for s in prog.steps))
+
+
 def _annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
+    if sketch.rfactor:
+        return _annotate_cross_thread(ops, sketch, rng)
     base = op_by_name(ops, sketch.root or sketch.anchor)
     splits = None
     for attempt in range(400):  # resample until the block is legal (and a warp, if it can be)

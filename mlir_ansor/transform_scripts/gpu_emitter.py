@@ -104,6 +104,59 @@ def _reduction_chunks(op: OpInfo) -> list[int]:
     return sizes
 
 
+def _cross_thread(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value], ops: Sequence[OpInfo],
+                  plan: _Plan) -> tuple[list[int], list[str]]:
+    """Cross-thread reduction inside each block: the innermost reduction loop is split over
+    `threads` (threadIdx.x); each thread reduces its slice `vector` elements per step into
+    its slot of a partial-result tile (workgroup memory); after the barrier that ends the
+    thread forall, the slots are combined. Returns the block dims and the ops to vectorize."""
+    dedupe_fused(h, ops, plan.anchor)
+    root = plan.root
+    last = root.reduction_dims[-1]
+    threads, vec = plan.lengths[last]
+    n = len(root.extents)
+    red = structured.TileReductionUsingForallOp(
+        [tbm.any_op()], tbm.any_op(), tbm.any_op(), tbm.any_op(), h[root.name],
+        num_threads=[threads if l == last else 0 for l in range(n)],
+        mapping=ir.ArrayAttr.get([ir.Attribute.parse("#gpu.thread<x>")]))
+    fill, split, combine = red.results[0], red.results[1], red.results[2]
+    dims = [threads, 1, 1]
+    # Each thread initializes its own slot (a fill outside a thread forall would run in every
+    # thread, racing with the partial sums of threads already past it). The partial tile has
+    # the root's parallel loops and the split loop, in loop order.
+    kept = [l for l in range(n) if root.iterators[l] == "parallel" or l == last]
+    structured.TileUsingForallOp(
+        tbm.any_op(), tbm.any_op(), fill, tile_sizes=[1 if l == last else 0 for l in kept],
+        mapping=ir.ArrayAttr.get([ir.Attribute.parse("#gpu.thread<x>")]))
+    # A thread's slice, `vec` elements of the split loop (and one of any other reduction
+    # loop) per step.
+    steps = [vec if l == last else (1 if l in root.reduction_dims else 0) for l in range(n)]
+    if any(t and t < e for t, e in zip(
+            steps, [root.extents[l] // threads if l == last else root.extents[l]
+                    for l in range(n)])):
+        split, _ = tb.tile_for(split, steps)
+    tb.patterns(func, tbm.tiling_cleanup())
+    tb.cse(func)
+    h[root.name] = split
+    vector_ops = [root.name]
+    for o in ops:
+        if o is not root and o.is_linalg:
+            chunks = _reduction_chunks(o)
+            if any(chunks):
+                h[o.name], _ = tb.tile_for(h[o.name], chunks)
+            vector_ops.append(o.name)
+    # The combining op after the barrier: one thread per row of its last parallel loop
+    # (every thread adding into the same row would race).
+    rows = [l for l in kept if l != last]
+    in_block = {l: plan.base_sizes(0)[l] or root.extents[l] for l in rows}
+    along = ([l for l in rows if in_block[l] > 1] or rows)[-1]
+    structured.TileUsingForallOp(
+        tbm.any_op(), tbm.any_op(), combine,
+        tile_sizes=[1 if l == along else 0 for l in kept],
+        mapping=ir.ArrayAttr.get([ir.Attribute.parse("#gpu.thread<x>")]))
+    return dims, vector_ops
+
+
 def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%func)` at the current insertion point."""
     plan = _Plan(ops, program)
@@ -119,76 +172,79 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
         workgroups_on_anchor(tb, func, h, ops, plan)
         block = plan.anchor_sizes(0)
 
-        # S1+S2: threads on the thread anchor, every other op fused into the thread tile.
-        t_anchor = plan.anchor if (root is None or sk.fuse_consumer) else root
-        t_block = block if t_anchor is plan.anchor else plan.base_sizes(0)
-        t_tile = plan.anchor_sizes(1) if t_anchor is plan.anchor else plan.base_sizes(1)
-        sizes, counts = _thread_tiling(t_anchor, t_block, t_tile)
-        cache_read = root is not None and sk.cache_read
-        if cache_read:
-            # Thread counts of the root's tile; every op gets its own thread forall below
-            # (the shared-memory copies must be spread over the whole block).
-            sizes, counts = _thread_tiling(root, plan.base_sizes(0), plan.base_sizes(1))
-        if counts and not cache_read:
-            h[t_anchor.name], t_forall = _tile_threads(h[t_anchor.name], sizes, counts)
-            for o in reversed(ops):
-                if o is not t_anchor:
-                    h[o.name], t_forall = tb.fuse_into(h[o.name], t_forall)
-            tb.patterns(func, tbm.tiling_cleanup())
-            tb.cse(func)
-        dedupe_fused(h, ops, plan.anchor)
-
-        dims = (list(reversed(counts)) + [1, 1, 1])[:3]
-        vector_ops = []
-        if root is not None:
-            red = {l: plan.lengths[l][0] for l in root.reduction_dims}
-            r0 = [red[l] if l in red and red[l] != root.extents[l] else 0
-                  for l in range(len(root.extents))]
-            if any(r0):
-                h[root.name], _ = tb.tile_for(h[root.name], r0)
+        if sk.rfactor:
+            dims, vector_ops = _cross_thread(tb, func, h, ops, plan)
+        else:
+            # S1+S2: threads on the thread anchor, every other op fused into the thread tile.
+            t_anchor = plan.anchor if (root is None or sk.fuse_consumer) else root
+            t_block = block if t_anchor is plan.anchor else plan.base_sizes(0)
+            t_tile = plan.anchor_sizes(1) if t_anchor is plan.anchor else plan.base_sizes(1)
+            sizes, counts = _thread_tiling(t_anchor, t_block, t_tile)
+            cache_read = root is not None and sk.cache_read
             if cache_read:
-                # Cache read: a nofold copy of each input's tile (one per reduction step),
-                # spread over the block's threads; GPU bufferization puts the copies in
-                # workgroup memory, and thread mapping adds the barriers between foralls.
-                pad = structured.PadOp(
-                    h[root.name], padding_values=[_zero(o.elem_type) for o in root.operands],
-                    padding_dimensions=list(range(len(root.extents))),
-                    nofold_flags=[0 if o.is_output else 1 for o in root.operands],
-                    copy_back_op="none")
-                h[root.name] = pad.results[0]
-                tiles = _block_tiles(root, plan)
-                for i, o in enumerate(root.operands):
-                    if not o.is_output:
-                        shape = _operand_tile(o, tiles)
-                        copy = transform.GetProducerOfOperand(tbm.any_op(), h[root.name], i)
-                        _distribute(copy.result, shape, range(len(shape)), dims)
-                h[root.name], _ = _tile_threads(h[root.name], sizes, counts)
-                out_shape = _operand_tile(root.output, tiles)
-                for o in ops:
-                    # Ops shaped like the root's output tile (its init, a fused consumer)
-                    # are spread the same way; any other op runs in every thread.
-                    if o is not root and o.is_linalg and o.output.shape == root.output.shape:
-                        shape = [out_shape[o.output_dim_of_loop(l)]
-                                 if o.output_dim_of_loop(l) is not None else o.extents[l]
-                                 for l in range(len(o.extents))]
-                        h[o.name] = _distribute(h[o.name], shape, o.parallel_dims, dims)
-            s2 = plan.base_sizes(2)  # the vthread loop around the inner tile
-            if any(s2):
-                h[root.name], _ = tb.tile_for(h[root.name], s2)
-            vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
-            r1 = [vec[l] if l in red and red[l] > vec[l] else 0 for l in range(len(root.extents))]
-            if any(r1):
-                h[root.name], _ = tb.tile_for(h[root.name], r1)
-            if not has_window_access(root):
-                # Window ops (convolutions) keep scalar per-thread loops: the vectorizer
-                # rejects their tiles, and a thread's tile is small.
-                vector_ops.append(root.name)
-        for o in ops:
-            if o is not root and o.is_linalg:
-                chunks = _reduction_chunks(o)
-                if any(chunks):
-                    h[o.name], _ = tb.tile_for(h[o.name], chunks)
-                vector_ops.append(o.name)
+                # Thread counts of the root's tile; every op gets its own thread forall below
+                # (the shared-memory copies must be spread over the whole block).
+                sizes, counts = _thread_tiling(root, plan.base_sizes(0), plan.base_sizes(1))
+            if counts and not cache_read:
+                h[t_anchor.name], t_forall = _tile_threads(h[t_anchor.name], sizes, counts)
+                for o in reversed(ops):
+                    if o is not t_anchor:
+                        h[o.name], t_forall = tb.fuse_into(h[o.name], t_forall)
+                tb.patterns(func, tbm.tiling_cleanup())
+                tb.cse(func)
+            dedupe_fused(h, ops, plan.anchor)
+
+            dims = (list(reversed(counts)) + [1, 1, 1])[:3]
+            vector_ops = []
+            if root is not None:
+                red = {l: plan.lengths[l][0] for l in root.reduction_dims}
+                r0 = [red[l] if l in red and red[l] != root.extents[l] else 0
+                      for l in range(len(root.extents))]
+                if any(r0):
+                    h[root.name], _ = tb.tile_for(h[root.name], r0)
+                if cache_read:
+                    # Cache read: a nofold copy of each input's tile (one per reduction step),
+                    # spread over the block's threads; GPU bufferization puts the copies in
+                    # workgroup memory, and thread mapping adds the barriers between foralls.
+                    pad = structured.PadOp(
+                        h[root.name], padding_values=[_zero(o.elem_type) for o in root.operands],
+                        padding_dimensions=list(range(len(root.extents))),
+                        nofold_flags=[0 if o.is_output else 1 for o in root.operands],
+                        copy_back_op="none")
+                    h[root.name] = pad.results[0]
+                    tiles = _block_tiles(root, plan)
+                    for i, o in enumerate(root.operands):
+                        if not o.is_output:
+                            shape = _operand_tile(o, tiles)
+                            copy = transform.GetProducerOfOperand(tbm.any_op(), h[root.name], i)
+                            _distribute(copy.result, shape, range(len(shape)), dims)
+                    h[root.name], _ = _tile_threads(h[root.name], sizes, counts)
+                    out_shape = _operand_tile(root.output, tiles)
+                    for o in ops:
+                        # Ops shaped like the root's output tile (its init, a fused consumer)
+                        # are spread the same way; any other op runs in every thread.
+                        if o is not root and o.is_linalg and o.output.shape == root.output.shape:
+                            shape = [out_shape[o.output_dim_of_loop(l)]
+                                     if o.output_dim_of_loop(l) is not None else o.extents[l]
+                                     for l in range(len(o.extents))]
+                            h[o.name] = _distribute(h[o.name], shape, o.parallel_dims, dims)
+                s2 = plan.base_sizes(2)  # the vthread loop around the inner tile
+                if any(s2):
+                    h[root.name], _ = tb.tile_for(h[root.name], s2)
+                vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
+                r1 = [vec[l] if l in red and red[l] > vec[l] else 0 for l in range(len(root.extents))]
+                if any(r1):
+                    h[root.name], _ = tb.tile_for(h[root.name], r1)
+                if not has_window_access(root):
+                    # Window ops (convolutions) keep scalar per-thread loops: the vectorizer
+                    # rejects their tiles, and a thread's tile is small.
+                    vector_ops.append(root.name)
+            for o in ops:
+                if o is not root and o.is_linalg:
+                    chunks = _reduction_chunks(o)
+                    if any(chunks):
+                        h[o.name], _ = tb.tile_for(h[o.name], chunks)
+                    vector_ops.append(o.name)
         for n in vector_ops:
             tb.vectorize(h[n])
         tb.patterns(func, tbm.after_vectorize())
@@ -199,6 +255,11 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
             "transform.iree.bufferize", results=[tbm.any_op()], operands=[func],
             attributes={"target_gpu": ir.UnitAttr.get()})
         func = bufferize.results[0]
+        # Erase bufferization's self-copies first (CSE exposes them): as loops they would
+        # copy a whole output in every thread, racing with other blocks' writes.
+        tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
+        tb.cse(func)
+        tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
         # What was not vectorized (window ops) becomes scalar loops inside each thread.
         structured.ConvertToLoopsOp(tbm.any_op(), tb.match_tileable(func))
         tb.iree_op("transform.iree.forall_to_workgroup", [func])

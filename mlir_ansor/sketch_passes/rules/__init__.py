@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mlir_ansor.sketch_passes.rules.always_inline import AlwaysInline
 from mlir_ansor.sketch_passes.rules.cache_write import AddCacheWrite
+from mlir_ansor.sketch_passes.rules.cross_thread_reduction import AddCrossThreadReduction
 from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTiling
 from mlir_ansor.sketch_passes.rules.multi_level_tiling_fusion import MultiLevelTilingWithFusion
 from mlir_ansor.sketch_passes.rules.multi_level_tiling_gpu import MultiLevelTilingGPU
@@ -15,9 +16,9 @@ from mlir_ansor.sketch_passes.rules.rfactor import AddRfactor
 from mlir_ansor.sketch_passes.rules.skip import Skip
 from mlir_ansor.sketch_passes.sketch import Rule
 
-__all__ = ["AddCacheWrite", "AddRfactor", "AlwaysInline", "MultiLevelTiling",
-           "MultiLevelTilingGPU", "MultiLevelTilingWithFusion", "Skip", "default_cpu_rules",
-           "default_gpu_rules", "register_rule", "rules_for"]
+__all__ = ["AddCacheWrite", "AddCrossThreadReduction", "AddRfactor", "AlwaysInline",
+           "MultiLevelTiling", "MultiLevelTilingGPU", "MultiLevelTilingWithFusion", "Skip",
+           "default_cpu_rules", "default_gpu_rules", "register_rule", "rules_for"]
 
 _USER_RULES: list[Rule] = []
 
@@ -34,7 +35,9 @@ def default_cpu_rules() -> list[Rule]:
 
 
 def default_gpu_rules() -> list[Rule]:
-    return [AlwaysInline(), MultiLevelTilingGPU(), *_USER_RULES, Skip()]
+    # AddCrossThreadReduction keeps the other sketches of its op (APPLY).
+    return [AlwaysInline(), AddCrossThreadReduction(), MultiLevelTilingGPU(), *_USER_RULES,
+            Skip()]
 
 
 def rules_for(target: str) -> list[Rule]:
