@@ -81,3 +81,30 @@ def test_random_programs_validate(suite_tasks, tools, name):
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 3, [(p.sketch.name, r.error[:200])
                                                     for p, r in zip(progs, recs)]
+
+
+class _Upsample(__import__("torch").nn.Module):
+    def forward(self, x):
+        import torch
+
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest") * 2.0
+
+
+def test_gather_programs_validate(tools, tmp_path):
+    """Nearest upsampling reads with tensor.extract at computed indices: every sampled
+    program must vectorize (vectorize_nd_extract) and validate; one in three failed
+    before."""
+    import torch
+
+    model, inputs = _Upsample().eval(), (torch.randn(1, 8, 32, 32),)
+    (tmp_path / "m.mlir").write_text(import_model(model, inputs))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable]
+    m = M.TaskMeasurer(tasks[0], tmp_path / "w", tools,
+                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
+    m.prepare()
+    assert any(o.gathers for o in m.task.ops)
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(6)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 6, [r.error[:200] for r in recs]

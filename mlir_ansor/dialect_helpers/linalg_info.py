@@ -41,6 +41,7 @@ class OpInfo:
     producers: tuple[int, ...]  # indices of ops whose results this op reads
     body_kinds: tuple[str, ...] = ()  # names of the arithmetic body ops (for features)
     prelude: tuple[str, ...] = ()  # passes a strategy runs first to see these ops (decomposition)
+    gathers: bool = False  # the body reads with tensor.extract at computed indices
 
     @property
     def is_linalg(self) -> bool:
@@ -183,16 +184,18 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             if op.name == "linalg.generic":
                 iterators, operands, kinds = _read_generic(op)
                 extents = _extents(iterators, operands)
+                gathers = any(b.operation.name == "tensor.extract"
+                              for b in op.regions[0].blocks[0].operations)
             elif op.name == "tensor.pad":
                 shape = _static_shape(op.results[0].type)
                 iterators = ("parallel",) * len(shape)
                 ident = tuple(((d, 1),) for d in range(len(shape)))
                 operands = (OperandInfo(shape, ident, True, _elem_bytes(op.results[0].type)),)
-                extents, kinds = shape, ()
+                extents, kinds, gathers = shape, (), False
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                len(kinds), tuple(producers), kinds, prelude))
+                                len(kinds), tuple(producers), kinds, prelude, gathers))
         return infos
 
 

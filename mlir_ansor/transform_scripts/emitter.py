@@ -314,8 +314,12 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 # contraction (or an elementwise multiply-add) the vectorizer takes.
                 tb.patterns(func, [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
                                    transform.ApplyCanonicalizationPatternsOp])
+        # Gathers (tensor.extract at computed indices) stay scalar: vectorized they become
+        # n-D vector.gather ops the LLVM lowering rejects for most tile shapes.
+        gathers = {o.name for o in ops if o.gathers}
         for n in vector_ops:
-            tb.vectorize(h[n])
+            if n not in gathers:
+                tb.vectorize(h[n])
         for handle in extra_vector:
             tb.vectorize(handle)
         tb.patterns(func, tbm.after_vectorize())
@@ -338,6 +342,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         # canonicalizing again erases that self-copy, which vectorized would be one vector
         # of the whole workgroup tile (minutes of LLVM time on large conv tiles).
         tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
+        if gathers:
+            structured.ConvertToLoopsOp(tbm.any_op(), tb.match_tileable(func))
         if root is not None and has_window_access(root):
             # Decomposed convolutions leave small copies around their rank-reduced
             # accumulator (bounded by the local tile): vectorize them. Not done in general:

@@ -245,8 +245,10 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                     if any(chunks):
                         h[o.name], _ = tb.tile_for(h[o.name], chunks)
                     vector_ops.append(o.name)
+        gathers = {o.name for o in ops if o.gathers}  # scalar: see emitter.build_strategy
         for n in vector_ops:
-            tb.vectorize(h[n])
+            if n not in gathers:
+                tb.vectorize(h[n])
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)
 

@@ -109,6 +109,16 @@ def _match_dims(target: ir.Value, op: OpInfo) -> None:
         for i, kind in enumerate(op.iterators):
             ir.Operation.create("transform.match.structured.dim", operands=[h], attributes={
                 kind: ir.UnitAttr.get(), "raw_dim_list": ir.DenseI64ArrayAttr.get([i])})
+        # The operand counts too: without them a gather with no inputs (nearest upsampling)
+        # matched a bias add of another dispatch with the same loops.
+        n_in = sum(1 for o in op.operands if not o.is_output)
+        for kind, want in (("num_inputs", n_in), ("num_inits", len(op.operands) - n_in)):
+            got = ir.Operation.create(f"transform.match.structured.{kind}", results=[p64],
+                                      operands=[h]).result
+            ref = transform.ParamConstantOp(p64, ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), want)).result
+            ir.Operation.create("transform.match.param.cmpi", operands=[got, ref], attributes={
+                "predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)})
         ir.Operation.create("transform.match.structured.yield", operands=[dims])
     ir.Operation.create("transform.iree.match.dims_equal", operands=[st.results[0]],
                         attributes={"expected_values": ir.DenseI64ArrayAttr.get(

@@ -8,10 +8,11 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from mlir_ansor.errors import AnsorError, CompileError, FrontendError, StrategiesNotApplied
+from mlir_ansor.errors import (AnsorError, CompileError, FrontendError, StrategiesNotApplied,
+                               UnsupportedDispatch)
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
-from mlir_ansor.tuner.e2e import end_to_end
+from mlir_ansor.tuner.e2e import compile_model, end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.policies import POLICIES
@@ -61,6 +62,24 @@ class TuneResult:
     out: Path
     library: Path | None  # the exported transform library (None: nothing beat IREE)
     tuned_vmfb: Path  # the compiled tuned model
+
+
+def _failing_entry(tools: Toolchain, mdir: Path, cfg: MeasureConfig,
+                   entries: list[TunedEntry]) -> set[str]:
+    """Bisect the library for a strategy that breaks the model's compile (one compile per
+    halving); the last one left is dropped even if it failed only together with others."""
+    cands = list(entries)
+    probe = mdir / "e2e" / "bisect"
+    probe.mkdir(parents=True, exist_ok=True)
+    while len(cands) > 1:
+        half = cands[:len(cands) // 2]
+        (probe / "lib.mlir").write_text(library_text(half))
+        try:
+            compile_model(tools, mdir / "model.mlir", probe / "m.vmfb", cfg, probe / "lib.mlir")
+            cands = cands[len(cands) // 2:]
+        except CompileError:
+            cands = half
+    return {cands[0].task_id} if cands else set()
 
 
 def _merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str, dict]]:
@@ -119,7 +138,11 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         if not t.tunable:
             continue
         m = TaskMeasurer(t, out / "tasks", tools, cfg, seed=opts.seed)
-        m.prepare()  # re-reads the task on the payload codegen will see
+        try:
+            m.prepare()  # re-reads the task on the payload codegen will see
+        except UnsupportedDispatch as e:  # no baseline or reference: left to IREE
+            tasks[i] = replace(t, skip_reason=str(e))
+            continue
         tasks[i] = m.task
         if m.task.tunable:
             measurers[t.key] = m
@@ -186,7 +209,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     e2es = {}
     dropped: dict[str, str] = {}  # task id -> why its strategy was taken out of the library
     for name, (model, inputs, mdir) in loaded.items():
-        for _ in range(3):
+        for _ in range(len(entries) + 1):  # every failed try drops at least one strategy
             mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
             try:
                 e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
@@ -206,6 +229,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                     # measured alone (seen on ResNet-50's strided 1x1 convs).
                     drop = {e.task_id for e in entries
                             if e.view_mlir and e.view_mlir != e.task_mlir}
+                    if not drop:
+                        drop = _failing_entry(tools, mdir, cfg, entries)
                     why = "failed inside the model: default kept"
                 if not drop:
                     raise

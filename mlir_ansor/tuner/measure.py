@@ -51,6 +51,12 @@ class MeasureConfig:
     atol: float = 1e-3
 
 
+def _last_error(stderr: str) -> str:
+    """The first error line of a compiler's stderr (or its tail)."""
+    lines = [line.strip() for line in stderr.splitlines() if "error" in line]
+    return (lines[0] if lines else stderr.strip()[-300:])[:300]
+
+
 def applied_strategies(config_dir: Path) -> set[str]:
     """codegen_spec symbols IREE attached to dispatches (from the configuration dump)."""
     found: set[str] = set()
@@ -164,13 +170,15 @@ class TaskMeasurer:
         res = compile_module(self.tools, self.dir / "task.mlir", abi_src, self.cfg,
                              extra=["--compile-to=abi"])
         if res.returncode != 0:
-            raise RuntimeError(f"ABI lowering of {self.task.name} failed: {res.stderr[-300:]}")
+            raise UnsupportedDispatch(f"IREE could not lower the task module of {self.task.name} "
+                                      f"to its ABI: {_last_error(res.stderr)}")
         self.src = abi_src
         vmfb = self.dir / "default.vmfb"
         cfg_dir = self.dir / "default_configs"
         res = self._compile(vmfb, extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
         if res.returncode != 0:
-            raise RuntimeError(f"default compile of {self.task.name} failed: {res.stderr[-300:]}")
+            raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed: "
+                                      f"{_last_error(res.stderr)}")
         dumps = sorted(cfg_dir.glob("*.mlir"))
         if len(dumps) != 1:
             raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
@@ -183,7 +191,8 @@ class TaskMeasurer:
         outs, err = run_outputs(self.tools, vmfb, self.inputs, len(self.task.output_types),
                                 ref_dir, self.cfg)
         if outs is None:
-            raise RuntimeError(f"default run of {self.task.name} failed: {err}")
+            raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on random "
+                                      f"inputs ({err.strip()[:200]}): no reference")
         self.reference = outs
         self.default_vmfb = vmfb
 
