@@ -104,6 +104,20 @@ def _reduction_chunks(op: OpInfo) -> list[int]:
     return sizes
 
 
+def _chunk_others(tb: tbm.TB, h: dict[str, ir.Value], ops: Sequence[OpInfo],
+                  root: OpInfo | None) -> list[str]:
+    """Every linalg op but the root, its reduction in chunks a thread vectorizes; returns
+    their names (to vectorize)."""
+    names = []
+    for o in ops:
+        if o is not root and o.is_linalg:
+            chunks = _reduction_chunks(o)
+            if any(chunks):
+                h[o.name], _ = tb.tile_for(h[o.name], chunks)
+            names.append(o.name)
+    return names
+
+
 def _cross_thread(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value], ops: Sequence[OpInfo],
                   plan: _Plan) -> tuple[list[int], list[str]]:
     """Cross-thread reduction inside each block: the innermost reduction loop is split over
@@ -138,13 +152,7 @@ def _cross_thread(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value], ops: Seque
     tb.patterns(func, tbm.tiling_cleanup())
     tb.cse(func)
     h[root.name] = split
-    vector_ops = [root.name]
-    for o in ops:
-        if o is not root and o.is_linalg:
-            chunks = _reduction_chunks(o)
-            if any(chunks):
-                h[o.name], _ = tb.tile_for(h[o.name], chunks)
-            vector_ops.append(o.name)
+    vector_ops = [root.name, *_chunk_others(tb, h, ops, root)]
     # The combining op after the barrier: one thread per row of its last parallel loop
     # (every thread adding into the same row would race).
     rows = [l for l in kept if l != last]
@@ -239,12 +247,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                     # Window ops (convolutions) keep scalar per-thread loops: the vectorizer
                     # rejects their tiles, and a thread's tile is small.
                     vector_ops.append(root.name)
-            for o in ops:
-                if o is not root and o.is_linalg:
-                    chunks = _reduction_chunks(o)
-                    if any(chunks):
-                        h[o.name], _ = tb.tile_for(h[o.name], chunks)
-                    vector_ops.append(o.name)
+            vector_ops += _chunk_others(tb, h, ops, root)
         gathers = {o.name for o in ops if o.gathers}  # scalar: see emitter.build_strategy
         for n in vector_ops:
             if n not in gathers:
