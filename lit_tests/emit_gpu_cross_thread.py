@@ -4,32 +4,21 @@
 # threadIdx.x), each thread's slot initialized by its own thread, the slice reduced
 # `vector` elements per step, the slots combined by one thread per row after the barrier,
 # and the kernel's workgroup size equal to the thread count.
-import random
-
-from iree.compiler import ir
+import sys
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
-from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.rules import default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
-from helpers import payload
+from helpers import payload, print_gpu_strategy
 
 ops = analyze_task(payload("row_sum"))
 sketches = generate_sketches(ops, default_gpu_rules(), gpu=True)
 print("// sketches:", [s.name for s in sketches])
 # CHECK: // sketches: ['AddCrossThreadReduction', 'Plain']
 
-prog = annotate(ops, sketches[0], random.Random(0))
-for s in prog.steps:
-    print("// step:", s)
-with ir.Context(), ir.Location.unknown():
-    module = ir.Module.create()
-    module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
-    with ir.InsertionPoint(module.body):
-        build_gpu_strategy(ops, prog, "gpu_strategy")
-    assert module.operation.verify()
-    print(module)
+print_gpu_strategy(ops, sketches[0], seed=0)
+# CHECK: // sketch: AddCrossThreadReduction
 # CHECK: // step: SplitStep(op='op1_reduce', loop=0, lengths=([[ROWS:[0-9]+]],), kind='split')
 # CHECK: // step: SplitStep(op='op1_reduce', loop=1, lengths=([[T:[0-9]+]], [[V:[0-9]+]]), kind='split')
 # CHECK: // step: ParallelStep(op='op1_reduce', loops=(0,), kind='parallel')

@@ -3,15 +3,13 @@
 # (threadIdx) with the fill fused into the thread tile, the reduction tiled, the per-thread
 # tile vectorized, GPU bufferization, thread mapping with the block's thread counts, and
 # the same counts as the kernel's workgroup size.
-import random
-
-from iree.compiler import ir
+import sys
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
-from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.rules import default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
+from helpers import print_gpu_strategy
 
 MM = """func.func @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
   %c0 = arith.constant 0.0 : f32
@@ -25,21 +23,7 @@ ops = analyze_task(MM)
 sketches = generate_sketches(ops, default_gpu_rules(), gpu=True)
 
 
-def show(index: int, seed: int) -> None:
-    prog = annotate(ops, sketches[index], random.Random(seed))
-    print("// sketch:", prog.sketch.name)
-    for s in prog.steps:
-        print("// step:", s)
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.create()
-        module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
-        with ir.InsertionPoint(module.body):
-            build_gpu_strategy(ops, prog, "gpu_strategy")
-        assert module.operation.verify()
-        print(module)
-
-
-show(1, 1)
+print_gpu_strategy(ops, sketches[1], seed=1)
 # CHECK: // sketch: MultiLevelTilingGPU
 # CHECK: // step: SplitStep(op='op1_matmul', loop=0, lengths=([[WY:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
 # CHECK: // step: SplitStep(op='op1_matmul', loop=1, lengths=([[WX:[0-9]+]], {{[0-9]+}}, {{[0-9]+}})
@@ -59,7 +43,7 @@ show(1, 1)
 # With the shared-memory cache read: the reduction is tiled at block level, both inputs'
 # tiles are copied (nofold pads) by threads spread over the block, then the thread tiles
 # compute from them; the fill gets its own thread forall.
-show(0, 1)
+print_gpu_strategy(ops, sketches[0], seed=1)
 # CHECK: // sketch: AddCacheReadShared+MultiLevelTilingGPU
 # CHECK: transform.structured.tile_using_forall {{.*}}#gpu.block
 # CHECK: transform.structured.tile_using_for {{.*}} tile_sizes [0, 0, {{[0-9]+}}]

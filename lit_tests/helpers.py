@@ -36,6 +36,24 @@ def print_strategy(payload: str, sketch_index: int, seed: int) -> None:
     sys.stdout.flush()
 
 
+def print_gpu_strategy(ops, sketch, seed: int) -> None:
+    """A random program of a GPU sketch: its steps, then its verified strategy."""
+    from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
+
+    prog = annotate(ops, sketch, random.Random(seed))
+    print("// sketch:", prog.sketch.name)
+    for s in prog.steps:
+        print("// step:", s)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            build_gpu_strategy(ops, prog, "gpu_strategy")
+        assert module.operation.verify()
+        print(module)
+    sys.stdout.flush()
+
+
 def library_for(payload_path, work, task_id: str, seed: int):
     """Export a one-task library for the dispatch IREE forms from a payload file (as the
     tuner does); returns (library path, toolchain)."""

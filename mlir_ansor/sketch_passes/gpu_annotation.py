@@ -157,10 +157,8 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
                 s.lengths[1] > MAX_THREAD_VECTOR:
             errs.append("reduction loop: bad (threads, vector) split")
         par = prog.find(ParallelStep, base.name)
-        if not errs and (par is None or list(par.loops) != [
-                l for l in base.parallel_dims
-                if base.extents[l] // prog.split(base.name, l).lengths[0] > 1]
-                or len(par.loops) > MAX_GRID_DIMS):
+        if not errs and (par is None or tuple(par.loops) != _split_grid(base, prog)
+                         or len(par.loops) > MAX_GRID_DIMS):
             errs.append("the grid must span every split loop, at most three")
         return errs
     levels = 3 if sk.root else 2
@@ -193,19 +191,22 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
         if sk.cache_read and not errs and shared_bytes(base, prog) > MAX_SHARED_BYTES:
             errs.append("cache reads exceed the workgroup memory")
     par = prog.find(ParallelStep, base.name)
-    grid = [l for l in base.parallel_dims
-            if prog.split(base.name, l) is not None and
-            base.extents[l] // math.prod(prog.split(base.name, l).lengths) > 1]
-    if par is None or list(par.loops) != grid or len(grid) > MAX_GRID_DIMS:
+    grid = _split_grid(base, prog)
+    if par is None or tuple(par.loops) != grid or len(grid) > MAX_GRID_DIMS:
         errs.append("the grid must span every split loop, at most three")
     return errs
+
+
+def _split_grid(base: OpInfo, prog: Program) -> tuple[int, ...]:
+    """The parallel loops of `base` whose splits leave more than one block."""
+    return tuple(l for l in base.parallel_dims if prog.split(base.name, l) is not None and
+                 base.extents[l] // math.prod(prog.split(base.name, l).lengths) > 1)
 
 
 def repair_gpu(ops: Sequence[OpInfo], prog: Program) -> Program:
     """After an edit of the tile sizes: the grid spans the loops that still split."""
     base = op_by_name(ops, prog.sketch.root or prog.sketch.anchor)
-    grid = tuple(l for l in base.parallel_dims if prog.split(base.name, l) is not None and
-                 base.extents[l] // math.prod(prog.split(base.name, l).lengths) > 1)
+    grid = _split_grid(base, prog)
     return Program(prog.sketch, tuple(
         ParallelStep(s.op, grid) if isinstance(s, ParallelStep) and s.op == base.name else s
         for s in prog.steps))
