@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "their best programs for export (not counted in --trials)")
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
+    p.add_argument("--no-layout-rewrite", action="store_true",
+                   help="do not tune packed layouts of constant weights (llvm-cpu)")
     return p.parse_args(argv)
 
 
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                                  trials=args.trials, target=args.target,
                                  out=args.out, seed=args.seed, batch=args.batch,
                                  policy=args.policy, scheduler=args.scheduler,
-                                 reuse=tuple(args.reuse)))
+                                 reuse=tuple(args.reuse),
+                                 layout_rewrite=not args.no_layout_rewrite))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

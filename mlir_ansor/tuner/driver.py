@@ -8,12 +8,14 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from mlir_ansor.dialect_helpers.layout_rewrite import DEFAULT_TILE, LayoutRewriteError, rewrite
 from mlir_ansor.errors import (AnsorError, CompileError, FrontendError, StrategiesNotApplied,
                                UnsupportedDispatch)
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import compile_model, end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.layouts import Alternative, alternatives, chosen_sites
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
@@ -44,6 +46,10 @@ class TuneOptions:
     # re-timed side by side: a smaller gain is within this machine's noise and may lose in
     # the model.
     min_speedup: float = 1.03
+    # Layout rewrite of constant weights (llvm-cpu): packed dispatches are tuned next to the
+    # plain ones and used where faster; `layout_tile` lanes of the packed loop.
+    layout_rewrite: bool = True
+    layout_tile: int = DEFAULT_TILE
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -64,7 +70,7 @@ class TuneResult:
     tuned_vmfb: Path  # the compiled tuned model
 
 
-def _failing_entry(tools: Toolchain, mdir: Path, cfg: MeasureConfig,
+def _failing_entry(tools: Toolchain, mdir: Path, model_mlir: Path, cfg: MeasureConfig,
                    entries: list[TunedEntry]) -> set[str]:
     """Bisect the library for a strategy that breaks the model's compile (one compile per
     halving); the last one left is dropped even if it failed only together with others."""
@@ -75,7 +81,7 @@ def _failing_entry(tools: Toolchain, mdir: Path, cfg: MeasureConfig,
         half = cands[:len(cands) // 2]
         (probe / "lib.mlir").write_text(library_text(half))
         try:
-            compile_model(tools, mdir / "model.mlir", probe / "m.vmfb", cfg, probe / "lib.mlir")
+            compile_model(tools, model_mlir, probe / "m.vmfb", cfg, probe / "lib.mlir")
             cands = cands[len(cands) // 2:]
         except CompileError:
             cands = half
@@ -129,8 +135,21 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         (mdir / "model.mlir").write_text(import_model(model, inputs))
 
     print("[2/5] forming IREE dispatches (tasks)", flush=True)
+    alts: dict[str, list[Alternative]] = {}
+    layout_note = ""
     for name, (_, _, mdir) in loaded.items():
-        per_model[name] = extract_tasks(flow_source(mdir / "model.mlir", opts.target, tools, 600))
+        flow = flow_source(mdir / "model.mlir", opts.target, tools, 600)
+        per_model[name] = extract_tasks(flow, opts.target)
+        alts[name] = []
+        if opts.layout_rewrite and opts.target != "cuda":
+            try:
+                alts[name], packed = alternatives((mdir / "model.mlir").read_text(), flow, mdir,
+                                                  opts.target, tools, 600, opts.layout_tile)
+                per_model[name] += packed
+            except LayoutRewriteError as e:  # tuned in its own layout; the report says why
+                layout_note += f"Layout rewrite skipped for {name}: {e}\n"
+            for f in ("model_packed.mlir", "model_packed_one.mlir"):
+                (mdir / f).unlink(missing_ok=True)
     tasks, usage = _merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
@@ -148,6 +167,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             measurers[t.key] = m
             defaults[t.key] = m.time_default()
     tunable = [t for t in tasks if t.tunable]
+    # Packed layout of a plain task (plain key -> packed key).
+    packed_for = {t.layout_of: t.key for t in tunable if t.layout_of}
 
     print(f"[3/5] tuning {len(tunable)} of {len(tasks)} tasks, {opts.trials} trials", flush=True)
     store = RecordStore(out / "records.jsonl")
@@ -171,7 +192,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     # nothing wins).
     scheduler = TaskScheduler(
         keys, {t.key: t.flops for t in tunable}, {t.key: loop_signature(t) for t in tunable},
-        {k: defaults.get(k) or 1.0 for k in keys},
+        {t.key: min(x for x in (defaults.get(t.key), defaults.get(t.layout_of), 1e9) if x)
+         for t in tunable},
         weighted_latency({t.key: t.weight for t in tunable}),
         SchedulerConfig(strategy=opts.scheduler, seed=opts.seed))
     tune_tasks(tunable, measurers, store,
@@ -182,8 +204,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     print(f"[4/5] top {opts.top_k} programs per task against IREE's default, side by side; "
           "exporting", flush=True)
     timed: dict[str, tuple[float, float]] = {}
-    entries: list[TunedEntry] = []
-    entry_key: dict[str, str] = {}
+    best_prog = {}
     for t in tunable:
         top = top_programs(records, t.key, opts.top_k)
         res = measurers[t.key].remeasure(top) if top else None
@@ -193,11 +214,25 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         ok = [(s, p) for s, p in zip(tuned, top) if s is not None]
         if not ok:
             continue
-        best_s, best_p = min(ok, key=lambda x: x[0])
+        best_s, best_prog[t.key] = min(ok, key=lambda x: x[0])
         timed[t.key] = (default_s, best_s)
-        # Keep a strategy only where it clearly beat IREE's default on this machine.
-        if best_s * opts.min_speedup < default_s:
-            entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_p, t.view_mlir))
+    # Keep a strategy only where it clearly beat IREE's default on this machine; a packed
+    # layout only where it clearly beat what the plain layout runs (tuned or default).
+    own_win = {k: d_s > b_s * opts.min_speedup for k, (d_s, b_s) in timed.items()}
+    use_packed: set[str] = set()
+    for p, q in packed_for.items():
+        plain_s = (timed[p][1] if own_win.get(p) else timed[p][0]) if p in timed \
+            else defaults.get(p)
+        if q in timed and plain_s and timed[q][1] * opts.min_speedup < plain_s:
+            use_packed.add(q)
+    entries: list[TunedEntry] = []
+    entry_key: dict[str, str] = {}
+    for t in tunable:
+        win = t.key in use_packed if t.layout_of else \
+            own_win.get(t.key, False) and packed_for.get(t.key) not in use_packed
+        if win:
+            entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_prog[t.key],
+                                      t.view_mlir))
             entry_key[t.task_id] = t.key
     library = None
     if entries:
@@ -211,9 +246,14 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     for name, (model, inputs, mdir) in loaded.items():
         for _ in range(len(entries) + 1):  # every failed try drops at least one strategy
             mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
+            # The model handed back: the weights of the chosen packed layouts re-laid out.
+            tuned_mlir = mdir / "model_tuned.mlir"
+            tuned_mlir.write_text(rewrite((mdir / "model.mlir").read_text(), chosen_sites(
+                alts[name], set(entry_key.values()))))
             try:
                 e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
-                                        library if mine else None, mdir / "e2e", cfg, mine)
+                                        library if mine else None, mdir / "e2e", cfg, mine,
+                                        tuned_mlir=tuned_mlir)
                 break
             except CompileError as err:
                 if library is None:
@@ -230,7 +270,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                     drop = {e.task_id for e in entries
                             if e.view_mlir and e.view_mlir != e.task_mlir}
                     if not drop:
-                        drop = _failing_entry(tools, mdir, cfg, entries)
+                        drop = _failing_entry(tools, mdir, tuned_mlir, cfg, entries)
                     why = "failed inside the model: default kept"
                 if not drop:
                     raise
@@ -249,15 +289,27 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             raise CompileError(f"the tuned library still fails on {name} after dropping "
                                f"{sorted(dropped)}")
 
+    used = set(entry_key.values())
     kept = {t.key: (min(timed[t.key]) if t.task_id in tuned_ids else timed[t.key][0])
             if t.key in timed else defaults.get(t.key) for t in tasks}
+    for t in tasks:  # of a plain / packed pair only the layout the model runs counts
+        if (t.layout_of and t.key not in used) or packed_for.get(t.key) in used:
+            kept[t.key] = None
+    ids = {t.key: t.task_id for t in tasks}
     total = sum(t.weight * kept[t.key] for t in tasks if kept[t.key]) or 1.0
     rows = []
     for t in tasks:
         d, b = timed.get(t.key, (defaults.get(t.key), None))
+        if t.layout_of:  # against what IREE runs: its default of the plain layout
+            d = timed.get(t.layout_of, (defaults.get(t.layout_of), None))[0]
         n = sum(1 for r in records if r.task_key == t.key)
         status = "tuned" if t.task_id in tuned_ids else (
             dropped.get(t.task_id) or t.skip_reason or "default kept")
+        if t.layout_of:
+            status = (f"packed weights of {ids[t.layout_of]}: "
+                      + ("used" if t.key in used else dropped.get(t.task_id, "not faster")))
+        elif packed_for.get(t.key) in used:
+            status = f"weights packed: {ids[packed_for[t.key]]} runs instead"
         if t.tunable and t.key not in timed:
             status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
@@ -272,7 +324,9 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     if not single:
         headers.insert(3, "models")
     task_table = _table(headers, rows)
-    parts = [f"Per task ({opts.target}):\n{task_table}"]
+    parts = [f"Per task ({opts.target}; a packed-weights task is compared with IREE's default "
+             f"of its plain layout):\n{task_table}" if packed_for else
+             f"Per task ({opts.target}):\n{task_table}"]
     for name, e2e in e2es.items():
         e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
                            [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
@@ -294,7 +348,9 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     plot_tuning_curve(out / "tuning_curve.png", records, {t.key: t.weight for t in tunable},
                       {k: v for k, v in defaults.items() if v}, measured,
                       f"{'+'.join(names)}: {len(records)} measurements")
-    parts.append(f"Artifacts in {out}: records.jsonl, model.mlir, "
+    if layout_note:
+        parts.append(layout_note.strip())
+    parts.append(f"Artifacts in {out}: records.jsonl, model.mlir, model_tuned.mlir, "
                  f"{'tuned_library.mlir, ' if library else ''}e2e/tuned.vmfb, report.json, "
                  "tuning_curve.png")
     report = "\n\n".join(parts)

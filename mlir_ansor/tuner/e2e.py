@@ -53,7 +53,10 @@ def torch_time(model, inputs: tuple, reps: int) -> float:
 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
-               rounds: int = 11) -> EndToEnd:
+               rounds: int = 11, tuned_mlir: Path | None = None) -> EndToEnd:
+    """Compile `model_mlir` with IREE's defaults and `tuned_mlir` (default: the same model,
+    else e.g. with packed weights) with `library`; check both against torch; time torch and
+    both modules side by side."""
     import torch
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +75,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     if library is None:  # nothing beat IREE's default: the tuned module is the default one
         tuned_vmfb = default_vmfb
     else:
-        applied = compile_model(tools, model_mlir, tuned_vmfb, cfg, library)
+        applied = compile_model(tools, tuned_mlir or model_mlir, tuned_vmfb, cfg, library)
     missing = set(expected) - applied
     if missing:
         raise StrategiesNotApplied(sorted(missing))

@@ -34,6 +34,7 @@ class Task:
     sketches: tuple[Sketch, ...] = ()
     skip_reason: str = ""  # why the task is left to IREE's default
     view_mlir: str = ""  # the payload as codegen hands it over (set by with_codegen_view)
+    layout_of: str = ""  # key of the task this one re-lays out (its weight packed), if any
 
     @property
     def flops(self) -> int:
@@ -77,17 +78,29 @@ def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: floa
     return res.stdout
 
 
-def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
-    """Deduplicated tasks of a flow-level module, in first-seen order, with the sketches of
-    `target`'s rules."""
-    merged: dict[str, dict] = {}
+def _keyed_dispatches(flow_text: str) -> list[tuple[str, object]]:
+    """(content key, dispatch) per executable of a flow-level module, in program order."""
+    out = []
     with ir.Context() as ctx:
         module = ir.Module.parse(flow_text, ctx)
         for d in flow_dispatches(module):
             text = d.pattern.task_mlir if d.pattern else d.name
-            key = hashlib.sha256(text.encode()).hexdigest()[:12]
-            entry = merged.setdefault(key, {"d": d, "weight": 0})
-            entry["weight"] += d.weight
+            out.append((hashlib.sha256(text.encode()).hexdigest()[:12], d))
+    return out
+
+
+def dispatch_keys(flow_text: str) -> list[str]:
+    """The task key of every executable, in program order (not deduplicated)."""
+    return [k for k, _ in _keyed_dispatches(flow_text)]
+
+
+def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
+    """Deduplicated tasks of a flow-level module, in first-seen order, with the sketches of
+    `target`'s rules."""
+    merged: dict[str, dict] = {}
+    for key, d in _keyed_dispatches(flow_text):
+        entry = merged.setdefault(key, {"d": d, "weight": 0})
+        entry["weight"] += d.weight
     tasks = []
     for i, (key, e) in enumerate(merged.items()):
         d = e["d"]
