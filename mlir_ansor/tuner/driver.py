@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -15,14 +16,15 @@ from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import compile_model, end_to_end
 from mlir_ansor.tuner.frontend import import_model, load_factory
-from mlir_ansor.tuner.layouts import Alternative, alternatives, chosen_sites
+from mlir_ansor.tuner.layouts import (Alternative, alternatives, choose_sites, initial_latency,
+                                      model_flow, save_sites)
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
 from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks, with_hints
-from mlir_ansor.tuner.tasks import Task, flow_source, extract_tasks
+from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 
@@ -136,10 +138,12 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
 
     print("[2/5] forming IREE dispatches (tasks)", flush=True)
     alts: dict[str, list[Alternative]] = {}
+    plain_keys: dict[str, set[str]] = {}
     layout_note = ""
     for name, (_, _, mdir) in loaded.items():
         flow = flow_source(mdir / "model.mlir", opts.target, tools, 600)
         per_model[name] = extract_tasks(flow, opts.target)
+        plain_keys[name] = {t.key for t in per_model[name]}
         alts[name] = []
         if opts.layout_rewrite and opts.target != "cuda":
             try:
@@ -148,8 +152,6 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                 per_model[name] += packed
             except LayoutRewriteError as e:  # tuned in its own layout; the report says why
                 layout_note += f"Layout rewrite skipped for {name}: {e}\n"
-            for f in ("model_packed.mlir", "model_packed_one.mlir"):
-                (mdir / f).unlink(missing_ok=True)
     tasks, usage = _merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
@@ -167,8 +169,6 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             measurers[t.key] = m
             defaults[t.key] = m.time_default()
     tunable = [t for t in tasks if t.tunable]
-    # Packed layout of a plain task (plain key -> packed key).
-    packed_for = {t.layout_of: t.key for t in tunable if t.layout_of}
 
     print(f"[3/5] tuning {len(tunable)} of {len(tasks)} tasks, {opts.trials} trials", flush=True)
     store = RecordStore(out / "records.jsonl")
@@ -189,11 +189,11 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         bar.set_postfix_str(f"{task.task_id} {r.status} best={_fmt_ms(best and best.latency_s)}ms")
 
     # f1: the summed latency of the models; each task starts at IREE's default (kept where
-    # nothing wins).
+    # nothing wins), a packed layout's at most at the cost of what it would replace.
+    cap = initial_latency([a for al in alts.values() for a in al], defaults)
     scheduler = TaskScheduler(
         keys, {t.key: t.flops for t in tunable}, {t.key: loop_signature(t) for t in tunable},
-        {t.key: min(x for x in (defaults.get(t.key), defaults.get(t.layout_of), 1e9) if x)
-         for t in tunable},
+        {k: min(defaults.get(k) or 1.0, cap.get(k, math.inf)) for k in keys},
         weighted_latency({t.key: t.weight for t in tunable}),
         SchedulerConfig(strategy=opts.scheduler, seed=opts.seed))
     tune_tasks(tunable, measurers, store,
@@ -216,21 +216,32 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             continue
         best_s, best_prog[t.key] = min(ok, key=lambda x: x[0])
         timed[t.key] = (default_s, best_s)
-    # Keep a strategy only where it clearly beat IREE's default on this machine; a packed
-    # layout only where it clearly beat what the plain layout runs (tuned or default).
+    # Keep a strategy only where it clearly beat IREE's default on this machine.
     own_win = {k: d_s > b_s * opts.min_speedup for k, (d_s, b_s) in timed.items()}
-    use_packed: set[str] = set()
-    for p, q in packed_for.items():
-        plain_s = (timed[p][1] if own_win.get(p) else timed[p][0]) if p in timed \
-            else defaults.get(p)
-        if q in timed and plain_s and timed[q][1] * opts.min_speedup < plain_s:
-            use_packed.add(q)
+
+    def runs_s(k: str) -> float | None:  # what runs for task k: its strategy or the default
+        return (timed[k][1] if own_win[k] else timed[k][0]) if k in timed else defaults.get(k)
+
+    # Pack the sites whose dispatches then run faster than the plain ones they replace.
+    sites = {name: choose_sites(alts[name], runs_s, opts.min_speedup) for name in loaded}
+    present: dict[str, set[str]] = {}  # task keys of the model handed back, per model
+
+    def write_tuned(name: str) -> Path:
+        mdir = loaded[name][2]
+        path = mdir / "model_tuned.mlir"
+        text = rewrite((mdir / "model.mlir").read_text(), sites[name])
+        present[name] = set(dispatch_keys(model_flow(text, path, opts.target, tools, 600))) \
+            if sites[name] else plain_keys[name]
+        path.write_text(text)
+        save_sites(mdir / "layout.json", sites[name])
+        return path
+
+    for name in loaded:
+        write_tuned(name)
     entries: list[TunedEntry] = []
     entry_key: dict[str, str] = {}
     for t in tunable:
-        win = t.key in use_packed if t.layout_of else \
-            own_win.get(t.key, False) and packed_for.get(t.key) not in use_packed
-        if win:
+        if own_win.get(t.key) and any(t.key in keys_ for keys_ in present.values()):
             entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, best_prog[t.key],
                                       t.view_mlir))
             entry_key[t.task_id] = t.key
@@ -245,15 +256,13 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     dropped: dict[str, str] = {}  # task id -> why its strategy was taken out of the library
     for name, (model, inputs, mdir) in loaded.items():
         for _ in range(len(entries) + 1):  # every failed try drops at least one strategy
-            mine = [strategy_name(tid) for tid, k in entry_key.items() if name in usage[k]]
-            # The model handed back: the weights of the chosen packed layouts re-laid out.
+            mine = [strategy_name(tid) for tid, k in entry_key.items() if k in present[name]]
+            # The model handed back: the weights of the chosen sites packed.
             tuned_mlir = mdir / "model_tuned.mlir"
-            tuned_mlir.write_text(rewrite((mdir / "model.mlir").read_text(), chosen_sites(
-                alts[name], set(entry_key.values()))))
             try:
                 e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
                                         library if mine else None, mdir / "e2e", cfg, mine,
-                                        tuned_mlir=tuned_mlir)
+                                        tuned_mlir=tuned_mlir if sites[name] else None)
                 break
             except CompileError as err:
                 if library is None:
@@ -277,6 +286,12 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                 print(f"the library failed on {name} ({str(err)[:200]}); exporting again "
                       f"without {sorted(drop)}", flush=True)
                 dropped.update(dict.fromkeys(drop, why))
+                gone = {entry_key[tid] for tid in drop}
+                keep = [a.site for a in alts[name]
+                        if a.site in sites[name] and not gone & {k for k, _ in a.added}]
+                if keep != sites[name]:  # a packed dispatch without its strategy: unpack
+                    sites[name] = keep
+                    write_tuned(name)
                 entries = [e for e in entries if e.task_id not in drop]
                 entry_key = {tid: k for tid, k in entry_key.items() if tid not in drop}
                 tuned_ids = set(entry_key)
@@ -289,27 +304,24 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             raise CompileError(f"the tuned library still fails on {name} after dropping "
                                f"{sorted(dropped)}")
 
-    used = set(entry_key.values())
+    in_model = set().union(*present.values())
     kept = {t.key: (min(timed[t.key]) if t.task_id in tuned_ids else timed[t.key][0])
             if t.key in timed else defaults.get(t.key) for t in tasks}
-    for t in tasks:  # of a plain / packed pair only the layout the model runs counts
-        if (t.layout_of and t.key not in used) or packed_for.get(t.key) in used:
+    for t in tasks:  # only what the handed-back models run counts
+        if t.key not in in_model:
             kept[t.key] = None
-    ids = {t.key: t.task_id for t in tasks}
     total = sum(t.weight * kept[t.key] for t in tasks if kept[t.key]) or 1.0
     rows = []
     for t in tasks:
         d, b = timed.get(t.key, (defaults.get(t.key), None))
-        if t.layout_of:  # against what IREE runs: its default of the plain layout
-            d = timed.get(t.layout_of, (defaults.get(t.layout_of), None))[0]
         n = sum(1 for r in records if r.task_key == t.key)
         status = "tuned" if t.task_id in tuned_ids else (
             dropped.get(t.task_id) or t.skip_reason or "default kept")
-        if t.layout_of:
-            status = (f"packed weights of {ids[t.layout_of]}: "
-                      + ("used" if t.key in used else dropped.get(t.task_id, "not faster")))
-        elif packed_for.get(t.key) in used:
-            status = f"weights packed: {ids[packed_for[t.key]]} runs instead"
+        if t.key not in in_model:
+            status = (f"packed {t.layout_of}: not used" if t.layout_of
+                      else "replaced by a packed layout")
+        elif t.layout_of:
+            status = f"packed {t.layout_of}: {status}"
         if t.tunable and t.key not in timed:
             status = "not tuned (no trials left)" if n == 0 else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
@@ -324,18 +336,36 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     if not single:
         headers.insert(3, "models")
     task_table = _table(headers, rows)
-    parts = [f"Per task ({opts.target}; a packed-weights task is compared with IREE's default "
-             f"of its plain layout):\n{task_table}" if packed_for else
-             f"Per task ({opts.target}):\n{task_table}"]
+    parts = [f"Per task ({opts.target}):\n{task_table}"]
+    if any(alts.values()):
+        ids = {t.key: t.task_id for t in tasks}
+
+        def cost(pairs) -> float | None:
+            ms = [runs_s(k) for k, _ in pairs]
+            return None if None in ms else sum(m * n for m, (_, n) in zip(ms, pairs))
+
+        lrows = []
+        for name, al in alts.items():
+            for a in al:
+                old, new = cost(a.removed), cost(a.added)
+                lrows.append([a.site.index, a.site.op_name, ",".join(ids[k] for k, _ in a.removed),
+                              ",".join(ids[k] for k, _ in a.added), _fmt_ms(old), _fmt_ms(new),
+                              f"{old / new:.2f}x" if old and new else "-",
+                              "yes" if a.site in sites[name] else "no"]
+                             + ([] if single else [name]))
+        parts.append("Layout rewrite of constant weights (what runs per site: tuned where it "
+                     "won, else IREE's default; packed sites are in model_tuned.mlir):\n" + _table(
+                         ["site", "op", "plain tasks", "packed tasks", "plain ms", "packed ms",
+                          "speedup", "packed"] + ([] if single else ["model"]), lrows))
     for name, e2e in e2es.items():
         e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
                            [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
                              _fmt_ms(e2e.tuned_s)],
                             ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x",
                              "1.00x", f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
-        same = "" if e2e.applied else \
+        same = "" if (e2e.applied or sites[name]) else \
             " (no strategy beat IREE's default: tuned = default module)"
-        if e2e.applied and e2e.tuned_s > e2e.default_s:
+        if (e2e.applied or sites[name]) and e2e.tuned_s > e2e.default_s:
             same = (" (the tuned module is slower end to end: IREE's default module is the "
                     "one handed back)")
         parts.append(f"End to end (model {name}, outputs match torch, max abs error "
@@ -363,7 +393,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                 for name, e in e2es.items()}}, indent=2))
     first = loaded[names[0]][2]
     lead = e2es[names[0]]
-    wins = lead.applied and lead.tuned_s <= lead.default_s  # never hand back a slower module
+    wins = (lead.applied or sites[names[0]]) and lead.tuned_s <= lead.default_s  # never hand back a slower module
     return TuneResult(report, out, library,
                       first / "e2e" / ("tuned.vmfb" if wins else "default.vmfb"))
 

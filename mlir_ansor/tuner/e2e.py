@@ -72,7 +72,8 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     tuned_vmfb = out_dir / "tuned.vmfb"
     compile_model(tools, model_mlir, default_vmfb, cfg, None)
     applied: set[str] = set()
-    if library is None:  # nothing beat IREE's default: the tuned module is the default one
+    same = library is None and tuned_mlir is None
+    if same:  # nothing beat IREE's default: the tuned module is the default one
         tuned_vmfb = default_vmfb
     else:
         applied = compile_model(tools, tuned_mlir or model_mlir, tuned_vmfb, cfg, library)
@@ -89,7 +90,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
             raise CompileError(f"{vmfb.name} does not match torch: {bad}")
         max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
     t_torch, t_def, t_tuned = [], [], []
-    timed = [(default_vmfb, t_def)] + ([(tuned_vmfb, t_tuned)] if library is not None else [])
+    timed = [(default_vmfb, t_def)] + ([] if same else [(tuned_vmfb, t_tuned)])
     for i in range(rounds):  # interleaved, order alternating: drift hits all alike
         for vmfb, times in (timed if i % 2 == 0 else timed[::-1]):
             t = median_time(tools, vmfb, in_paths, cfg)
@@ -97,7 +98,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                 raise CompileError(f"benchmarking {vmfb.name} failed")
             times.append(t)
         t_torch.append(torch_time(model, inputs, cfg.repetitions * 4))
-    if library is None:
+    if same:
         t_tuned = t_def  # nothing was tuned: the tuned module is the default one
     return EndToEnd(statistics.median(t_torch), statistics.median(t_def),
                     statistics.median(t_tuned), tuple(sorted(applied)), max_err)

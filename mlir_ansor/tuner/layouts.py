@@ -1,13 +1,21 @@
-"""Layout alternatives of a model's tasks: the dispatch a contraction forms with its constant
-weight packed (dialect_helpers/layout_rewrite.py) is tuned as a task of its own, next to the
-dispatch in the model's own layout; the export keeps, per contraction, the faster of the two
-and rewrites only those weights in the model it hands back.
+"""Layout alternatives of a model: which dispatches a packed weight
+(dialect_helpers/layout_rewrite.py) brings, and which it replaces.
+
+Packing one contraction's weight changes more than its own dispatch: IREE propagates the
+new shapes through reshapes, so a fused bias may split off, or a neighbouring layer norm
+changes form. Each site is therefore compiled to flow alone, and its alternative is the
+difference of the two dispatch lists: the dispatches it removes from the plain model and
+those it adds. The added dispatches are tuned as tasks like any other; the export packs a
+site only where its added dispatches (tuned or default, whichever runs) are faster than the
+ones it removes, and the end-to-end check has the last word.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite)
@@ -18,52 +26,82 @@ from mlir_ansor.tuner.toolchain import Toolchain
 @dataclass(frozen=True)
 class Alternative:
     site: PackSite
-    plain_key: str  # the task of the contraction in the model's layout
-    packed_key: str  # the task of the same contraction with its weight packed
+    removed: tuple[tuple[str, int], ...]  # (task key, calls) of the plain model it replaces
+    added: tuple[tuple[str, int], ...]  # (task key, calls) it brings
 
 
-def _flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
+def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
+    """Flow-level module of a model text (written to `path` for iree-compile)."""
     path.write_text(text)
     return flow_source(path, target, tools, timeout_s)
-
-
-def _differing(a: list[str], b: list[str]) -> list[tuple[str, str]]:
-    if len(a) != len(b):
-        raise LayoutRewriteError(f"packing changed the number of dispatches ({len(a)} -> "
-                                 f"{len(b)})")
-    return [(x, y) for x, y in zip(a, b) if x != y]
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
                  tools: Toolchain, timeout_s: float, tile: int
                  ) -> tuple[list[Alternative], list[Task]]:
-    """The packable contractions of the model, each paired with its plain and packed
-    dispatch, and the packed dispatches as tasks (`layout_of` = the plain task's key)."""
-    sites = find_sites(model_mlir, tile)
-    if not sites:
-        return [], []
-    plain = dispatch_keys(plain_flow)
-    packed_flow = _flow(rewrite(model_mlir, sites), workdir / "model_packed.mlir", target,
-                        tools, timeout_s)
-    diff = _differing(plain, dispatch_keys(packed_flow))
-    if len(diff) == len(sites):  # one dispatch per site, in program order
-        pairs = list(zip(sites, diff))
-    else:  # identical contractions share a dispatch: pack one site at a time to pair them
-        pairs = []
-        for s in sites:
-            one = _differing(plain, dispatch_keys(_flow(
-                rewrite(model_mlir, [s]), workdir / "model_packed_one.mlir", target, tools,
-                timeout_s)))
-            if len(one) != 1:
-                raise LayoutRewriteError(f"packing site {s.index} changed {len(one)} dispatches")
-            pairs.append((s, one[0]))
-    alts = [Alternative(s, p, q) for s, (p, q) in pairs]
-    owner = {a.packed_key: a.plain_key for a in alts}
-    tasks = [replace(t, layout_of=owner[t.key], name=f"{t.name} (packed)")
-             for t in extract_tasks(packed_flow, target) if t.key in owner]
-    return alts, tasks
+    """The packable contractions of the model with what packing each changes, and the
+    dispatches the plain model lacks as tasks (`layout_of` names their site)."""
+    plain = Counter(dispatch_keys(plain_flow))
+    alts: list[Alternative] = []
+    tasks: dict[str, Task] = {}
+    scratch = workdir / "model_packed.mlir"
+    try:
+        for s in find_sites(model_mlir, tile):
+            flow = model_flow(rewrite(model_mlir, [s]), scratch, target, tools, timeout_s)
+            packed = Counter(dispatch_keys(flow))
+            added = packed - plain
+            if not added:
+                raise LayoutRewriteError(f"packing site {s.index} changed no dispatch")
+            alts.append(Alternative(s, tuple(sorted((plain - packed).items())),
+                                    tuple(sorted(added.items()))))
+            for t in extract_tasks(flow, target):
+                if t.key in added and t.key not in tasks:
+                    tasks[t.key] = replace(t, name=f"{t.name} (packed)",
+                                           layout_of=f"site {s.index} ({s.op_name})")
+    finally:
+        scratch.unlink(missing_ok=True)
+    return alts, list(tasks.values())
 
 
-def chosen_sites(alts: Sequence[Alternative], packed_keys: set[str]) -> list[PackSite]:
-    """The sites whose packed dispatch was chosen."""
-    return [a.site for a in alts if a.packed_key in packed_keys]
+def choose_sites(alts: Sequence[Alternative], latency: Callable[[str], float | None],
+                 margin: float) -> list[PackSite]:
+    """The sites whose added dispatches run at least `margin` times faster than the ones they
+    remove (`latency`: what runs for a task key, None if unknown: then the site stays)."""
+    chosen = []
+    for a in alts:
+        new = [latency(k) for k, _ in a.added]
+        if any(x is None for x in new):
+            continue
+        old = sum((latency(k) or 0.0) * n for k, n in a.removed)
+        if sum(x * n for x, (_, n) in zip(new, a.added)) * margin < old:
+            chosen.append(a.site)
+    return chosen
+
+
+def initial_latency(alts: Sequence[Alternative], defaults: Mapping[str, float | None]
+                    ) -> dict[str, float]:
+    """A start value for the scheduler per added task: at most what the dispatches its site
+    removes cost (IREE's default of a packed contraction can be far slower than the plain
+    one it replaces, and nothing ever runs it unless tuning beats the plain one)."""
+    cap: dict[str, float] = {}
+    for a in alts:
+        old = sum((defaults.get(k) or 0.0) * n for k, n in a.removed)
+        for k, _ in a.added:
+            if old:
+                cap[k] = max(cap.get(k, 0.0), old)
+    return cap
+
+
+def save_sites(path: Path, sites: Sequence[PackSite]) -> None:
+    """The packed sites of the model handed back (`load_sites` re-applies them)."""
+    path.write_text(json.dumps([asdict(s) for s in sites], indent=1))
+
+
+def load_sites(path: Path) -> list[PackSite]:
+    if not path.exists():
+        return []
+    try:
+        return [PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
+                for d in json.loads(path.read_text())]
+    except (ValueError, TypeError, KeyError) as e:
+        raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e
