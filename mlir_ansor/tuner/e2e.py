@@ -27,9 +27,24 @@ class EndToEnd:
 
 def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureConfig,
                   library: Path | None) -> set[str]:
-    """Compile; return the strategy symbols IREE applied (empty without a library)."""
+    """Compile; return the strategy symbols IREE applied (empty without a library).
+
+    With a library, in two steps: up to global optimization without it, then the rest with
+    it. In one step IREE 3.13 can deadlock (seen as a compile asleep at 0% CPU): its
+    constant evaluation JIT-compiles on worker threads that wait on the library's loading
+    lock."""
     cfg_dir = out.parent / (out.stem + "_configs")
     extra = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
+    if library is not None:
+        staged = out.parent / (out.stem + "_global_opt.mlir")
+        res = compile_module(tools, model_mlir, staged, cfg, None,
+                             ["--compile-to=global-optimization"],
+                             timeout_s=cfg.model_compile_timeout_s)
+        if res.returncode != 0:
+            raise CompileError(f"iree-compile failed on {model_mlir}: "
+                               f"{res.stderr.strip()[-500:]}")
+        model_mlir = staged
+        extra.append("--compile-from=global-optimization")
     res = compile_module(tools, model_mlir, out, cfg, library, extra,
                          timeout_s=cfg.model_compile_timeout_s)
     if res.returncode != 0:

@@ -86,9 +86,9 @@ def initial_latency(alts: Sequence[Alternative], defaults: Mapping[str, float | 
     cap: dict[str, float] = {}
     for a in alts:
         old = sum((defaults.get(k) or 0.0) * n for k, n in a.removed)
-        for k, _ in a.added:
+        for k, n in a.added:
             if old:
-                cap[k] = max(cap.get(k, 0.0), old)
+                cap[k] = max(cap.get(k, 0.0), old / n)  # per call, like the latencies
     return cap
 
 

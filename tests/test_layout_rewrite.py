@@ -1,0 +1,98 @@
+"""Layout rewrite of constant weights: which contractions get a packed weight, that the packed
+model computes what torch does, and when the export packs a site."""
+import numpy as np
+import pytest
+import torch
+
+from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite, find_sites,
+                                                       rewrite)
+from mlir_ansor.tuner.e2e import compile_model
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.layouts import (Alternative, choose_sites, initial_latency, load_sites,
+                                      save_sites)
+from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
+from mlir_ansor.tuner.toolchain import Toolchain
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def _text(model, *inputs):
+    torch.manual_seed(0)
+    return import_model(model.eval(), inputs)
+
+
+def test_linear_weight_is_packed_along_its_output_features():
+    text = _text(torch.nn.Linear(64, 48), torch.randn(8, 64))
+    sites = find_sites(text)
+    # nn.Linear is x @ W^T: loop 1 (n) indexes the output's innermost dim and W's first dim;
+    # the packed weight puts the n blocks first: [n / 16, k, 16].
+    assert [(s.op_name, s.operand, s.loop, s.tile, s.outer_perm) for s in sites] == \
+        [("linalg.matmul", 1, 1, 16, (1, 0))]
+
+
+def test_no_site_without_a_constant_weight_or_whole_tiles():
+    assert find_sites(_text(MatMul(), torch.randn(8, 32), torch.randn(32, 64))) == []
+    # NCHW conv: the output's innermost loop is the width, which the weight does not index.
+    assert find_sites(_text(torch.nn.Conv2d(16, 32, 3), torch.randn(1, 16, 12, 12))) == []
+    odd = _text(torch.nn.Linear(64, 20), torch.randn(8, 64))  # 20 features: no 16-lane tile
+    assert find_sites(odd) == []
+    assert [s.tile for s in find_sites(odd, tile=4)] == [4]
+
+
+def test_packed_model_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 48)).eval()
+    x = torch.randn(8, 64)
+    text = import_model(model, (x,))
+    sites = find_sites(text)
+    assert len(sites) == 2
+    packed = rewrite(text, sites)
+    assert packed.count("linalg.pack") == 2 and "linalg.unpack" not in packed
+    tools, cfg = Toolchain.find(), MeasureConfig()
+    src = tmp_path / "packed.mlir"
+    src.write_text(packed)
+    compile_model(tools, src, tmp_path / "packed.vmfb", cfg, None)
+    np.save(tmp_path / "x.npy", x.numpy())
+    outs, err = run_outputs(tools, tmp_path / "packed.vmfb", [tmp_path / "x.npy"], 1, tmp_path,
+                            cfg)
+    assert outs is not None, err
+    np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_rewrite_rejects_a_site_of_another_model():
+    text = _text(torch.nn.Linear(64, 48), torch.randn(8, 64))
+    with pytest.raises(LayoutRewriteError, match="not in this model"):
+        rewrite(text, [PackSite(7, "linalg.matmul", 3, 1, 1, 16, (1, 0))])
+
+
+SITE = PackSite(2, "linalg.matmul", 3, 1, 1, 16, (1, 0))
+
+
+def test_a_site_is_packed_only_where_its_dispatches_run_faster():
+    alt = Alternative(SITE, removed=(("plain", 1),), added=(("packed", 1), ("bias", 1)))
+    lat = {"plain": 1.0, "packed": 0.5, "bias": 0.1}
+    assert choose_sites([alt], lat.get, 1.03) == [SITE]
+    lat["packed"] = 0.9  # 1.0 vs 1.0 * 1.03: within the margin
+    assert choose_sites([alt], lat.get, 1.03) == []
+    del lat["bias"]  # an added dispatch never timed: keep the plain layout
+    lat["packed"] = 0.1
+    assert choose_sites([alt], lat.get, 1.03) == []
+
+
+def test_scheduler_start_of_a_packed_task_is_capped_by_what_it_replaces():
+    alt = Alternative(SITE, removed=(("plain", 2),), added=(("packed", 2),))
+    assert initial_latency([alt], {"plain": 1.0, "packed": 9.0}) == {"packed": 1.0}
+
+
+def test_sites_round_trip_and_a_corrupt_file_is_named(tmp_path):
+    path = tmp_path / "layout.json"
+    save_sites(path, [SITE])
+    assert load_sites(path) == [SITE]
+    assert load_sites(tmp_path / "none.json") == []
+    path.write_text('[{"index": 1}]')
+    with pytest.raises(LayoutRewriteError, match="corrupt layout file"):
+        load_sites(path)
