@@ -64,7 +64,10 @@ def main() -> int:
     for label, d in tuned.items():
         lib = Path(d) / "tuned_library.mlir"
         v = out / f"{label.replace(' ', '_').replace('(', '').replace(')', '')}.vmfb"
-        applied = compile_model(tools, src, v, cfg, lib if lib.exists() else None)
+        # The run's model with its packed weights (layout rewrite), else the plain one.
+        tsrc = Path(d) / "model_tuned.mlir"
+        applied = compile_model(tools, tsrc if tsrc.exists() else src, v, cfg,
+                                lib if lib.exists() else None)
         print(f"{label}: {len(applied)} tuned dispatches applied")
         vmfbs[label] = v
     in_paths = []
