@@ -13,6 +13,8 @@ def test_tune_then_load(tmp_path):
     np.testing.assert_allclose(tuned(*inputs), want, rtol=1e-4, atol=1e-4)
     again = api.load(model, inputs, out)
     np.testing.assert_allclose(again(*inputs), want, rtol=1e-4, atol=1e-4)
+    # The run hands back the model it compiled: packed weights where that was faster.
+    assert (out / "model_tuned.mlir").exists() and (out / "layout.json").exists()
     lib = out / "tuned_library.mlir"
     if lib.exists():  # a strategy beat IREE's default: load must have applied it
         assert set(api.strategy_symbols(lib.read_text())) <= set(again.applied)

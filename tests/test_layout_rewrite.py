@@ -96,3 +96,18 @@ def test_sites_round_trip_and_a_corrupt_file_is_named(tmp_path):
     path.write_text('[{"index": 1}]')
     with pytest.raises(LayoutRewriteError, match="corrupt layout file"):
         load_sites(path)
+
+
+def test_load_packs_the_sites_of_a_run(tmp_path):
+    """api.load re-applies the packed sites a run recorded (layout.json) before compiling."""
+    from mlir_ansor import api
+    from tests.data.small_mlp import make
+
+    model, inputs = make()
+    sites = find_sites(import_model(model, inputs))
+    assert len(sites) == 2  # both nn.Linear layers (128 and 64 output features)
+    save_sites(tmp_path / "layout.json", sites)
+    tuned = api.load(model, inputs, tmp_path)
+    np.testing.assert_allclose(tuned(*inputs), model(*inputs).detach().numpy(),
+                               rtol=1e-4, atol=1e-4)
+    assert (tmp_path / "api" / "model.mlir").read_text().count("linalg.pack") == 2

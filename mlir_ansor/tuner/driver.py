@@ -370,6 +370,10 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                     "one handed back)")
         parts.append(f"End to end (model {name}, outputs match torch, max abs error "
                      f"{e2e.max_error:.2e}){same}:\n{e2e_table}")
+    # Never hand back a slower module: the tuned one only where it changed something and was
+    # not slower end to end.
+    wins = {name: bool(e.applied or sites[name]) and e.tuned_s <= e.default_s
+            for name, e in e2es.items()}
     measured = {}
     for name, e2e in e2es.items():
         tag = "" if single else f" {name}"
@@ -389,13 +393,13 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         "models": names, "target": opts.target,
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r)) for r in rows],
         "e2e": {name: {"torch_s": e.torch_s, "default_s": e.default_s, "tuned_s": e.tuned_s,
-                       "applied": list(e.applied), "max_abs_error": e.max_error}
+                       "applied": list(e.applied), "max_abs_error": e.max_error,
+                       "packed_sites": [s.index for s in sites[name]],
+                       "handed_back": "tuned" if wins[name] else "default"}
                 for name, e in e2es.items()}}, indent=2))
     first = loaded[names[0]][2]
-    lead = e2es[names[0]]
-    wins = (lead.applied or sites[names[0]]) and lead.tuned_s <= lead.default_s  # never hand back a slower module
     return TuneResult(report, out, library,
-                      first / "e2e" / ("tuned.vmfb" if wins else "default.vmfb"))
+                      first / "e2e" / ("tuned.vmfb" if wins[names[0]] else "default.vmfb"))
 
 
 def _safe(name: str) -> str:
