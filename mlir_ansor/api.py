@@ -17,12 +17,11 @@ from typing import Sequence
 import numpy as np
 from iree.compiler import ir
 
-from mlir_ansor.dialect_helpers.layout_rewrite import rewrite
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.driver import TuneOptions, run
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.layouts import load_sites
+from mlir_ansor.tuner.layouts import load_layout
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.toolchain import Toolchain
 
@@ -74,8 +73,9 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu") -> Tun
     build = out / "api"
     build.mkdir(parents=True, exist_ok=True)
     src = build / "model.mlir"
-    # The weights the run packed are packed again (its library matches those dispatches).
-    src.write_text(rewrite(import_model(model, inputs), load_sites(out / "layout.json")))
+    # The run's layout again (channels-last, packed weights): its library matches those
+    # dispatches.
+    src.write_text(load_layout(out / "layout.json").apply(import_model(model, inputs)))
     library = out / "tuned_library.mlir"
     vmfb = build / "tuned.vmfb"
     applied = compile_model(tools, src, vmfb, cfg, library if library.exists() else None)

@@ -1,5 +1,8 @@
 """Layout rewrite of constant weights: which contractions get a packed weight, that the packed
 model computes what torch does, and when the export packs a site."""
+import json
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 import torch
@@ -8,8 +11,8 @@ from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackS
                                                        rewrite)
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.layouts import (Alternative, choose_sites, initial_latency, load_sites,
-                                      save_sites)
+from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, choose_sites, initial_latency,
+                                      load_layout, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
 from mlir_ansor.tuner.toolchain import Toolchain
 
@@ -90,12 +93,15 @@ def test_scheduler_start_of_a_packed_task_is_capped_by_what_it_replaces():
 
 def test_sites_round_trip_and_a_corrupt_file_is_named(tmp_path):
     path = tmp_path / "layout.json"
-    save_sites(path, [SITE])
-    assert load_sites(path) == [SITE]
-    assert load_sites(tmp_path / "none.json") == []
+    layout = ModelLayout(channels_last=True, sites=(SITE,))
+    save_layout(path, layout)
+    assert load_layout(path) == layout
+    assert load_layout(tmp_path / "none.json") == ModelLayout()
+    path.write_text(json.dumps([asdict(SITE)]))  # an earlier version's list of sites
+    assert load_layout(path) == ModelLayout(sites=(SITE,))
     path.write_text('[{"index": 1}]')
     with pytest.raises(LayoutRewriteError, match="corrupt layout file"):
-        load_sites(path)
+        load_layout(path)
 
 
 def test_load_packs_the_sites_of_a_run(tmp_path):
@@ -106,7 +112,7 @@ def test_load_packs_the_sites_of_a_run(tmp_path):
     model, inputs = make()
     sites = find_sites(import_model(model, inputs))
     assert len(sites) == 2  # both nn.Linear layers (128 and 64 output features)
-    save_sites(tmp_path / "layout.json", sites)
+    save_layout(tmp_path / "layout.json", ModelLayout(sites=tuple(sites)))
     tuned = api.load(model, inputs, tmp_path)
     np.testing.assert_allclose(tuned(*inputs), model(*inputs).detach().numpy(),
                                rtol=1e-4, atol=1e-4)

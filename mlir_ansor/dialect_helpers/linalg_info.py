@@ -42,6 +42,10 @@ class OpInfo:
     body_kinds: tuple[str, ...] = ()  # names of the arithmetic body ops (for features)
     prelude: tuple[str, ...] = ()  # passes a strategy runs first to see these ops (decomposition)
     gathers: bool = False  # the body reads with tensor.extract at computed indices
+    # The result reaches its binding through an `iree_linalg_ext.map_store` (IREE 3.13 folds
+    # the reshape into a padded consumer's buffer into one): that op follows in payload order
+    # and is tileable too, so the strategy tiles it as the workgroup root.
+    map_stored: bool = False
 
     @property
     def is_linalg(self) -> bool:
@@ -176,6 +180,7 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
         ops = tileable_ops(module.operation)
         if len(ops) != len(names_before):
             raise UnsupportedDispatch("generalization changed the number of ops")
+        stored = _map_stored(module.operation, ops)
         infos = []
         for i, (op, orig_name) in enumerate(zip(ops, names_before)):
             owners = [getattr(v.owner, "operation", v.owner) for v in op.operands]
@@ -195,8 +200,33 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                len(kinds), tuple(producers), kinds, prelude, gathers))
+                                len(kinds), tuple(producers), kinds, prelude, gathers,
+                                i in stored))
         return infos
+
+
+MAP_STORE = "iree_linalg_ext.map_store"
+
+
+def _map_stored(func: ir.Operation, ops: list[ir.Operation]) -> set[int]:
+    """Indices of `ops` whose result an `iree_linalg_ext.map_store` writes out; only the
+    last op's (the strategy tiles that map_store as the workgroup root)."""
+    stores: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name == MAP_STORE:
+            stores.append(o)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    found = set()
+    for st in stores:
+        owner = getattr(st.operands[0].owner, "operation", st.operands[0].owner)
+        idx = [i for i, o in enumerate(ops) if o == owner]
+        if not idx or idx[0] != len(ops) - 1 or len(stores) > 1:
+            raise UnsupportedDispatch("a map_store of another op than the dispatch's last")
+        found.add(idx[0])
+    return found
 
 
 def operand_path(task_mlir: str, start: int, target: int) -> list[int]:

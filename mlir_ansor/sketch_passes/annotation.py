@@ -114,7 +114,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
             local = math.prod(s[-1] * s[-2] for s in splits.values())
             needs_local = sketch.fuse_consumer or sketch.cache_write
             if math.prod(s[-1] for s in splits.values()) <= MAX_REGISTER_TILE and (
-                    not needs_local or local <= MAX_LOCAL_TILE):
+                    not needs_local or local <= MAX_LOCAL_TILE) and \
+                    _map_store_fits(ops, sketch, root, splits):
                 break
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
@@ -197,6 +198,22 @@ def unroll_choices(op: OpInfo, prog: Program) -> list[int]:
     return [f for f in UNROLL_CHOICES if trip % f == 0]
 
 
+def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
+                    splits: dict[int, tuple[int, ...]],
+                    parallel: Sequence[int] | None = None) -> bool:
+    """An output written through a map_store leaves the workgroup tile of the anchor and of
+    its accumulator as two stack buffers: together within IREE's 32 KiB stack limit."""
+    if not op_by_name(ops, sketch.anchor).map_stored:
+        return True
+    if parallel is None:  # as annotate picks them
+        outer = [l for l in root.parallel_dims if root.extents[l] // math.prod(splits[l]) > 1]
+        parallel = outer[:MAX_WORKGROUP_DIMS]
+    par = set(parallel)
+    tile = math.prod(math.prod(splits[l]) if l in par else root.extents[l]
+                     for l in root.parallel_dims)
+    return 2 * tile <= MAX_LOCAL_TILE
+
+
 def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     """Why `prog` is not a program `annotate` could have produced ([] = valid). Mutation
     and crossover results are checked with this before they are scored or measured."""
@@ -233,6 +250,11 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
         if (sk.fuse_consumer or sk.cache_write) and \
                 math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
+        par = prog.find(ParallelStep, base.name)
+        if not _map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
+                                               for l in base.parallel_dims},
+                               par.loops if par else None):
+            errs.append("workgroup tile too large for a map_store output")
         for l in base.reduction_dims:
             s = prog.split(base.name, l)
             want = 1 if window is not None and l in window else 2

@@ -19,7 +19,7 @@ from iree.compiler.dialects import transform
 from iree.compiler.dialects.transform import structured
 
 from mlir_ansor.dialect_helpers import transform_builder as tbm
-from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
 from mlir_ansor.sketch_passes.annotation import op_by_name
@@ -202,15 +202,31 @@ def payload_handles(tb: tbm.TB, target: ir.Value, ops: Sequence[OpInfo]
         # extract_slice (not tileable) + a plain contraction: same ops, same loops.
         func = tb.registered_pass(
             func, "iree-global-opt-convert-strided-contraction-to-contraction")
-    handles = tb.split(tb.match_tileable(func), len(ops))
-    return func, dict(zip((o.name for o in ops), handles))
+    stored = any(o.map_stored for o in ops)
+    handles = tb.split(tb.match_tileable(func), len(ops) + stored)
+    h = dict(zip((o.name for o in ops), handles))
+    if stored:
+        h[MAP_STORE] = handles[-1]
+    return func, h
 
 
 def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
                          ops: Sequence[OpInfo], plan: _Plan) -> None:
     """S0: one scf.forall over workgroups (blocks) on the anchor, every producer fused into
-    it, consumers first; `h` is updated to the fused ops."""
-    h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], plan.anchor_sizes(0))
+    it, consumers first; `h` is updated to the fused ops. An anchor written out through a
+    map_store is tiled through it: the map_store (over the anchor's output dims) is the
+    forall's root and the anchor is fused in first."""
+    sizes = plan.anchor_sizes(0)
+    if plan.anchor.map_stored:
+        by_dim = [0] * len(plan.anchor.output.shape)
+        for l, s in enumerate(sizes):
+            p = plan.anchor.output_dim_of_loop(l)
+            if p is not None:
+                by_dim[p] = s
+        _, forall = tb.tile_forall(h.pop(MAP_STORE), by_dim)
+        h[plan.anchor.name], forall = tb.fuse_into(h[plan.anchor.name], forall)
+    else:
+        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], sizes)
     for o in reversed(ops):
         if o is not plan.anchor:
             h[o.name], forall = tb.fuse_into(h[o.name], forall)

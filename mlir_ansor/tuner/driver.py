@@ -9,15 +9,17 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from mlir_ansor.dialect_helpers.layout_rewrite import DEFAULT_TILE, LayoutRewriteError, rewrite
+from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
+from mlir_ansor.dialect_helpers.layout_rewrite import DEFAULT_TILE, LayoutRewriteError
 from mlir_ansor.errors import (AnsorError, CompileError, FrontendError, StrategiesNotApplied,
                                UnsupportedDispatch)
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
-from mlir_ansor.tuner.e2e import compile_model, end_to_end
+from mlir_ansor.tuner.e2e import compile_model, end_to_end, save_inputs
 from mlir_ansor.tuner.frontend import import_model, load_factory
-from mlir_ansor.tuner.layouts import (Alternative, alternatives, choose_sites, initial_latency,
-                                      model_flow, save_sites)
+from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, ModelLayout, alternatives,
+                                      choose_activation_layout, choose_sites, initial_latency,
+                                      model_flow, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
@@ -48,8 +50,10 @@ class TuneOptions:
     # re-timed side by side: a smaller gain is within this machine's noise and may lose in
     # the model.
     min_speedup: float = 1.03
-    # Layout rewrite of constant weights (llvm-cpu): packed dispatches are tuned next to the
-    # plain ones and used where faster; `layout_tile` lanes of the packed loop.
+    # Layout rewrite (llvm-cpu): NCHW convolutions' activations channels-last where IREE's
+    # default build of that form is faster; constant weights packed: packed dispatches are
+    # tuned next to the plain ones and used where faster; `layout_tile` lanes of the packed
+    # loop.
     layout_rewrite: bool = True
     layout_tile: int = DEFAULT_TILE
 
@@ -140,15 +144,30 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     alts: dict[str, list[Alternative]] = {}
     plain_keys: dict[str, set[str]] = {}
     layout_note = ""
-    for name, (_, _, mdir) in loaded.items():
-        flow = flow_source(mdir / "model.mlir", opts.target, tools, 600)
+    activation: dict[str, ActivationChoice] = {}
+    channels_last: dict[str, bool] = {}
+    for name, (_, inputs, mdir) in loaded.items():
+        base = mdir / "model.mlir"  # the form tuning starts from
+        relayout = opts.layout_rewrite and opts.target != "cuda"
+        if relayout and channels_first_convs(base.read_text()):
+            try:
+                activation[name] = choose_activation_layout(
+                    base, save_inputs(inputs, mdir / "e2e"), mdir / "e2e" / "layout", tools, cfg,
+                    opts.min_speedup)
+            except LayoutRewriteError as e:
+                layout_note += f"Channels-last skipped for {name}: {e}\n"
+        channels_last[name] = name in activation and activation[name].channels_last
+        if channels_last[name]:
+            base = mdir / "model_channels_last.mlir"
+        flow = flow_source(base, opts.target, tools, 600)
         per_model[name] = extract_tasks(flow, opts.target)
         plain_keys[name] = {t.key for t in per_model[name]}
         alts[name] = []
-        if opts.layout_rewrite and opts.target != "cuda":
+        if relayout:
             try:
-                alts[name], packed = alternatives((mdir / "model.mlir").read_text(), flow, mdir,
-                                                  opts.target, tools, 600, opts.layout_tile)
+                alts[name], packed = alternatives(base.read_text(), flow, mdir, opts.target,
+                                                  tools, 600, opts.layout_tile,
+                                                  convolutions=not channels_last[name])
                 per_model[name] += packed
             except LayoutRewriteError as e:  # tuned in its own layout; the report says why
                 layout_note += f"Layout rewrite skipped for {name}: {e}\n"
@@ -226,14 +245,17 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
     sites = {name: choose_sites(alts[name], runs_s, opts.min_speedup) for name in loaded}
     present: dict[str, set[str]] = {}  # task keys of the model handed back, per model
 
+    def layout(name: str) -> ModelLayout:
+        return ModelLayout(channels_last[name], tuple(sites[name]))
+
     def write_tuned(name: str) -> Path:
         mdir = loaded[name][2]
         path = mdir / "model_tuned.mlir"
-        text = rewrite((mdir / "model.mlir").read_text(), sites[name])
+        text = layout(name).apply((mdir / "model.mlir").read_text())
         present[name] = set(dispatch_keys(model_flow(text, path, opts.target, tools, 600))) \
             if sites[name] else plain_keys[name]
         path.write_text(text)
-        save_sites(mdir / "layout.json", sites[name])
+        save_layout(mdir / "layout.json", layout(name))
         return path
 
     for name in loaded:
@@ -262,7 +284,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             try:
                 e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
                                         library if mine else None, mdir / "e2e", cfg, mine,
-                                        tuned_mlir=tuned_mlir if sites[name] else None)
+                                        tuned_mlir=tuned_mlir if layout(name).changed else None)
                 break
             except CompileError as err:
                 if library is None:
@@ -357,22 +379,28 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                      "won, else IREE's default; packed sites are in model_tuned.mlir):\n" + _table(
                          ["site", "op", "plain tasks", "packed tasks", "plain ms", "packed ms",
                           "speedup", "packed"] + ([] if single else ["model"]), lrows))
+    for name, a in activation.items():
+        cl_ms = _fmt_ms(a.channels_last_s) if a.channels_last_s else "-"
+        parts.append(f"Activation layout of {name} (IREE's default builds, side by side): as "
+                     f"imported {_fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
+                     + ("channels-last (model_tuned.mlir)" if a.channels_last
+                        else f"as imported ({a.why})"))
     for name, e2e in e2es.items():
         e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
                            [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
                              _fmt_ms(e2e.tuned_s)],
                             ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x",
                              "1.00x", f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
-        same = "" if (e2e.applied or sites[name]) else \
-            " (no strategy beat IREE's default: tuned = default module)"
-        if (e2e.applied or sites[name]) and e2e.tuned_s > e2e.default_s:
+        changed = bool(e2e.applied) or layout(name).changed
+        same = "" if changed else " (no strategy beat IREE's default: tuned = default module)"
+        if changed and e2e.tuned_s > e2e.default_s:
             same = (" (the tuned module is slower end to end: IREE's default module is the "
                     "one handed back)")
         parts.append(f"End to end (model {name}, outputs match torch, max abs error "
                      f"{e2e.max_error:.2e}){same}:\n{e2e_table}")
     # Never hand back a slower module: the tuned one only where it changed something and was
     # not slower end to end.
-    wins = {name: bool(e.applied or sites[name]) and e.tuned_s <= e.default_s
+    wins = {name: (bool(e.applied) or layout(name).changed) and e.tuned_s <= e.default_s
             for name, e in e2es.items()}
     measured = {}
     for name, e2e in e2es.items():
@@ -395,6 +423,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         "e2e": {name: {"torch_s": e.torch_s, "default_s": e.default_s, "tuned_s": e.tuned_s,
                        "applied": list(e.applied), "max_abs_error": e.max_error,
                        "packed_sites": [s.index for s in sites[name]],
+                       "channels_last": channels_last[name],
                        "handed_back": "tuned" if wins[name] else "default"}
                 for name, e in e2es.items()}}, indent=2))
     first = loaded[names[0]][2]

@@ -52,6 +52,17 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     return applied_strategies(cfg_dir)
 
 
+def save_inputs(inputs: tuple, out_dir: Path) -> list[Path]:
+    """The model's example inputs as .npy files for the IREE tools."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, x in enumerate(inputs):
+        p = out_dir / f"input{i}.npy"
+        np.save(p, x.detach().numpy())
+        paths.append(p)
+    return paths
+
+
 def torch_time(model, inputs: tuple, reps: int) -> float:
     import torch
 
@@ -74,12 +85,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     both modules side by side."""
     import torch
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    in_paths = []
-    for i, x in enumerate(inputs):
-        p = out_dir / f"input{i}.npy"
-        np.save(p, x.detach().numpy())
-        in_paths.append(p)
+    in_paths = save_inputs(inputs, out_dir)
     with torch.no_grad():
         ref = model(*inputs)
     refs = [r.detach().numpy() for r in (ref if isinstance(ref, (tuple, list)) else (ref,))]

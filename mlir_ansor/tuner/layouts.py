@@ -1,5 +1,11 @@
-"""Layout alternatives of a model: which dispatches a packed weight
-(dialect_helpers/layout_rewrite.py) brings, and which it replaces.
+"""Layout alternatives of a model.
+
+Activations: a model with NCHW convolutions is also compiled in channels-last form
+(dialect_helpers/activation_layout.py); both are built with IREE's defaults and timed side by
+side, and tuning starts from the faster form (`choose_activation_layout`).
+
+Constant weights: which dispatches a packed weight (dialect_helpers/layout_rewrite.py)
+brings, and which it replaces.
 
 Packing one contraction's weight changes more than its own dispatch: IREE propagates the
 new shapes through reshapes, so a fused bias may split off, or a neighbouring layer norm
@@ -12,15 +18,74 @@ ones it removes, and the end-to-end check has the last word.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite)
+from mlir_ansor.errors import CompileError
+from mlir_ansor.tuner.e2e import compile_model
+from mlir_ansor.tuner.measure import MeasureConfig, median_time
 from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """The layout of the model handed back: activations channels-last or as imported, and
+    the constant weights packed at `sites` (found on the model after the first rewrite)."""
+
+    channels_last: bool = False
+    sites: tuple[PackSite, ...] = ()
+
+    def apply(self, model_mlir: str) -> str:
+        base = to_channels_last(model_mlir) if self.channels_last else model_mlir
+        return rewrite(base, self.sites)
+
+    @property
+    def changed(self) -> bool:
+        return self.channels_last or bool(self.sites)
+
+
+@dataclass(frozen=True)
+class ActivationChoice:
+    channels_last: bool
+    plain_s: float  # IREE's default build of the model as imported
+    channels_last_s: float | None  # ... and of its channels-last form (None: it failed)
+    why: str = ""  # why channels-last was not measured or not taken
+
+
+def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: Path,
+                             tools: Toolchain, cfg: MeasureConfig, margin: float,
+                             rounds: int = 3) -> ActivationChoice:
+    """Compile the model as imported and in channels-last form, both with IREE's defaults,
+    time them side by side (interleaved, order alternating) and keep channels-last where it
+    is at least `margin` times faster. The channels-last text lands next to the model as
+    `model_channels_last.mlir`. Tuning then starts from the faster form."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cl_path = model_mlir.parent / "model_channels_last.mlir"
+    cl_path.write_text(to_channels_last(model_mlir.read_text()))
+    vmfbs = [workdir / "as_imported.vmfb", workdir / "channels_last.vmfb"]
+    try:
+        for src, vmfb in zip((model_mlir, cl_path), vmfbs):
+            compile_model(tools, src, vmfb, cfg, None)
+    except CompileError as e:
+        plain = median_time(tools, vmfbs[0], inputs, cfg) if vmfbs[0].exists() else None
+        return ActivationChoice(False, plain or 0.0, None, f"channels-last failed: {e}"[:300])
+    times: list[list[float]] = [[], []]
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            t = median_time(tools, vmfbs[i], inputs, cfg)
+            if t is None:
+                return ActivationChoice(False, 0.0, None, f"timing {vmfbs[i].name} failed")
+            times[i].append(t)
+    plain, cl = (statistics.median(t) for t in times)
+    ok = cl * margin < plain
+    return ActivationChoice(ok, plain, cl, "" if ok else "not faster with IREE's defaults")
 
 
 @dataclass(frozen=True)
@@ -37,16 +102,17 @@ def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: 
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
-                 tools: Toolchain, timeout_s: float, tile: int
+                 tools: Toolchain, timeout_s: float, tile: int, convolutions: bool = True
                  ) -> tuple[list[Alternative], list[Task]]:
     """The packable contractions of the model with what packing each changes, and the
-    dispatches the plain model lacks as tasks (`layout_of` names their site)."""
+    dispatches the plain model lacks as tasks (`layout_of` names their site);
+    `convolutions`: see find_sites."""
     plain = Counter(dispatch_keys(plain_flow))
     alts: list[Alternative] = []
     tasks: dict[str, Task] = {}
     scratch = workdir / "model_packed.mlir"
     try:
-        for s in find_sites(model_mlir, tile):
+        for s in find_sites(model_mlir, tile, convolutions):
             flow = model_flow(rewrite(model_mlir, [s]), scratch, target, tools, timeout_s)
             packed = Counter(dispatch_keys(flow))
             added = packed - plain
@@ -92,16 +158,23 @@ def initial_latency(alts: Sequence[Alternative], defaults: Mapping[str, float | 
     return cap
 
 
-def save_sites(path: Path, sites: Sequence[PackSite]) -> None:
-    """The packed sites of the model handed back (`load_sites` re-applies them)."""
-    path.write_text(json.dumps([asdict(s) for s in sites], indent=1))
+def save_layout(path: Path, layout: ModelLayout) -> None:
+    """The layout of the model handed back (`load_layout` re-applies it)."""
+    path.write_text(json.dumps({"channels_last": layout.channels_last,
+                                "sites": [asdict(s) for s in layout.sites]}, indent=1))
 
 
-def load_sites(path: Path) -> list[PackSite]:
+def load_layout(path: Path) -> ModelLayout:
+    """What `save_layout` wrote (a plain list: the packed sites of an earlier version);
+    no file: the model as imported."""
     if not path.exists():
-        return []
+        return ModelLayout()
     try:
-        return [PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
-                for d in json.loads(path.read_text())]
+        data = json.loads(path.read_text())
+        if isinstance(data, list):
+            data = {"channels_last": False, "sites": data}
+        sites = tuple(PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
+                      for d in data["sites"])
+        return ModelLayout(bool(data["channels_last"]), sites)
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

@@ -1,0 +1,63 @@
+"""Channels-last activations: a whole-model layout alternative for NCHW convolutions.
+
+torch-mlir imports convolutions in PyTorch's NCHW layout (`linalg.conv_2d_nchw_fchw`): the
+output's innermost, contiguous dim is the width, so vector lanes run along short rows (56,
+28, 14, 7 wide) and the weight does not index them. IREE's preprocessing pass
+`iree-preprocessing-convert-conv-to-channels-last` rewrites every such op to NHWC / HWCF with
+transposes around it and propagates them, so that convs and the elementwise ops between
+them meet in one layout and the transposes cancel (only the model's inputs, outputs and ops
+the pass does not convert, e.g. NCHW pooling, keep one). The output channel is then the
+innermost dim: the lanes a register tile vectorizes, indexed by the (constant) weight.
+
+Whether that is faster depends on the model and on what runs each dispatch, so the tuner
+measures both forms (tuner/layouts.py) and keeps the faster.
+"""
+from __future__ import annotations
+
+import re
+
+from iree.compiler import ir
+from iree.compiler.passmanager import PassManager
+
+from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
+
+# The named NCHW convolutions the pass converts (2-D, channels first).
+_CHANNELS_FIRST = re.compile(r"^linalg\.conv_2d_nchw_fchw$")
+_PIPELINE = ("builtin.module(func.func(iree-preprocessing-convert-conv-to-channels-last),"
+             "canonicalize,cse)")
+
+
+def _ops(module: ir.Module) -> list[str]:
+    names: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        names.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return names
+
+
+def channels_first_convs(model_mlir: str) -> int:
+    """How many NCHW convolutions the model has (0: nothing to rewrite)."""
+    with ir.Context():
+        return sum(1 for n in _ops(ir.Module.parse(model_mlir)) if _CHANNELS_FIRST.match(n))
+
+
+def to_channels_last(model_mlir: str) -> str:
+    """`model_mlir` with every NCHW convolution in NHWC / HWCF (same function signature)."""
+    with ir.Context():
+        module = ir.Module.parse(model_mlir)
+        before = sum(1 for n in _ops(module) if _CHANNELS_FIRST.match(n))
+        if not before:
+            raise LayoutRewriteError("the model has no NCHW convolution to convert")
+        try:
+            PassManager.parse(_PIPELINE).run(module.operation)
+        except Exception as e:  # MLIR's diagnostics are in the message
+            raise LayoutRewriteError(f"converting to channels-last failed: {e}") from e
+        left = sum(1 for n in _ops(module) if _CHANNELS_FIRST.match(n))
+        if left:
+            raise LayoutRewriteError(f"{left} of {before} NCHW convolutions were not converted")
+        if not module.operation.verify():
+            raise LayoutRewriteError("the channels-last model does not verify")
+        return str(module)
