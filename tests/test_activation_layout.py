@@ -1,0 +1,118 @@
+"""Channels-last activations: the rewrite keeps the model's numbers, the tuner's choice
+follows the side-by-side timing, api.load re-applies it, and the dispatches it brings
+(outputs written through a map_store into the next conv's padded input) tune and validate."""
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs, to_channels_last
+from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
+from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep
+from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner.e2e import compile_model, save_inputs
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.layouts import (ModelLayout, choose_activation_layout, load_layout,
+                                      save_layout)
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+
+
+class TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(8, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
+@pytest.fixture(scope="module")
+def two_convs():
+    torch.manual_seed(0)
+    model, inputs = TwoConvs().eval(), (torch.randn(1, 8, 24, 24),)
+    return model, inputs, import_model(model, inputs)
+
+
+def test_channels_last_converts_every_nchw_conv_and_keeps_the_numbers(two_convs, tools,
+                                                                       tmp_path):
+    model, inputs, text = two_convs
+    assert channels_first_convs(text) == 2
+    cl = to_channels_last(text)
+    assert channels_first_convs(cl) == 0 and cl.count("linalg.conv_2d_nhwc_hwcf") == 2
+    (tmp_path / "cl.mlir").write_text(cl)
+    compile_model(tools, tmp_path / "cl.mlir", tmp_path / "cl.vmfb", M.MeasureConfig(), None)
+    outs, err = M.run_outputs(tools, tmp_path / "cl.vmfb", save_inputs(inputs, tmp_path), 1,
+                              tmp_path, M.MeasureConfig())
+    assert not err
+    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_without_nchw_convs_is_named(tmp_path):
+    text = import_model(nn.Linear(8, 4).eval(), (torch.randn(2, 8),))
+    assert channels_first_convs(text) == 0
+    with pytest.raises(LayoutRewriteError, match="no NCHW convolution"):
+        to_channels_last(text)
+
+
+def test_the_choice_follows_the_side_by_side_times(two_convs, tools, tmp_path):
+    model, inputs, text = two_convs
+    src = tmp_path / "model.mlir"
+    src.write_text(text)
+    cfg = M.MeasureConfig(repetitions=3, min_time_s=0.01)
+    choice = choose_activation_layout(src, save_inputs(inputs, tmp_path), tmp_path / "w",
+                                      tools, cfg, margin=1.03, rounds=2)
+    assert choice.plain_s > 0 and choice.channels_last_s > 0
+    assert choice.channels_last == (choice.channels_last_s * 1.03 < choice.plain_s)
+    assert (tmp_path / "model_channels_last.mlir").exists()
+    never = choose_activation_layout(src, save_inputs(inputs, tmp_path), tmp_path / "w",
+                                     tools, cfg, margin=1e9, rounds=1)
+    assert not never.channels_last and never.why
+
+
+def test_load_re_applies_channels_last(two_convs, tmp_path):
+    from mlir_ansor import api
+
+    model, inputs, _ = two_convs
+    save_layout(tmp_path / "layout.json", ModelLayout(channels_last=True))
+    assert load_layout(tmp_path / "layout.json").changed
+    tuned = api.load(model, inputs, tmp_path)
+    np.testing.assert_allclose(tuned(*inputs), model(*inputs).detach().numpy(),
+                               rtol=1e-4, atol=1e-4)
+    assert "linalg.conv_2d_nhwc_hwcf" in (tmp_path / "api" / "model.mlir").read_text()
+
+
+def test_map_store_outputs_tune_and_validate(two_convs, tools, tmp_path):
+    """The first conv's output goes into the second conv's padded input through a map_store:
+    its random programs compile, apply and validate (all failed before: the strategy
+    expected one tileable op less), and their workgroup tiles fit IREE's stack limit."""
+    _, _, text = two_convs
+    (tmp_path / "cl.mlir").write_text(to_channels_last(text))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "cl.mlir", "llvm-cpu", tools, 300))
+             if t.tunable]
+    cfg = M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60)
+    stored = []
+    for t in tasks:
+        m = M.TaskMeasurer(t, tmp_path / t.task_id, tools, cfg)
+        m.prepare()
+        if m.task.ops and m.task.ops[-1].map_stored:
+            stored.append(m)
+    assert len(stored) == 1
+    m = stored[0]
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[i % len(m.task.sketches)], rng)
+             for i in range(4)]
+    assert all(violations(m.task.ops, p) == [] for p in progs)
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 4, [r.error[:200] for r in recs]
+    # A whole-output workgroup tile would need two 36 KiB stack buffers here: rejected.
+    root = next(o for o in m.task.ops if o.reduction_dims)
+    whole = {(root.name, l): SplitStep(root.name, l, (1, root.extents[l], 1))
+             for l in root.parallel_dims}
+    big = Program(progs[0].sketch, tuple(
+        ParallelStep(root.name, ()) if isinstance(s, ParallelStep)
+        else whole.get((s.op, getattr(s, "loop", None)), s) for s in progs[0].steps))
+    assert "workgroup tile too large for a map_store output" in violations(m.task.ops, big)
