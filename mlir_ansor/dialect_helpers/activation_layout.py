@@ -14,48 +14,36 @@ measures both forms (tuner/layouts.py) and keeps the faster.
 """
 from __future__ import annotations
 
-import re
-
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
+from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 
-# The named NCHW convolutions the pass converts (2-D, channels first).
-_CHANNELS_FIRST = re.compile(r"^linalg\.conv_2d_nchw_fchw$")
+# The named NCHW convolution the pass converts (2-D, channels first).
+_CHANNELS_FIRST = "linalg.conv_2d_nchw_fchw"
 _PIPELINE = ("builtin.module(func.func(iree-preprocessing-convert-conv-to-channels-last),"
              "canonicalize,cse)")
-
-
-def _ops(module: ir.Module) -> list[str]:
-    names: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        names.append(op.name)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return names
 
 
 def channels_first_convs(model_mlir: str) -> int:
     """How many NCHW convolutions the model has (0: nothing to rewrite)."""
     with ir.Context():
-        return sum(1 for n in _ops(ir.Module.parse(model_mlir)) if _CHANNELS_FIRST.match(n))
+        return len(walk_ops(ir.Module.parse(model_mlir).operation, _CHANNELS_FIRST))
 
 
 def to_channels_last(model_mlir: str) -> str:
     """`model_mlir` with every NCHW convolution in NHWC / HWCF (same function signature)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)
-        before = sum(1 for n in _ops(module) if _CHANNELS_FIRST.match(n))
+        before = len(walk_ops(module.operation, _CHANNELS_FIRST))
         if not before:
             raise LayoutRewriteError("the model has no NCHW convolution to convert")
         try:
             PassManager.parse(_PIPELINE).run(module.operation)
         except Exception as e:  # MLIR's diagnostics are in the message
             raise LayoutRewriteError(f"converting to channels-last failed: {e}") from e
-        left = sum(1 for n in _ops(module) if _CHANNELS_FIRST.match(n))
+        left = len(walk_ops(module.operation, _CHANNELS_FIRST))
         if left:
             raise LayoutRewriteError(f"{left} of {before} NCHW convolutions were not converted")
         if not module.operation.verify():

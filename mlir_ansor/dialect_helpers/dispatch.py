@@ -31,7 +31,8 @@ class DispatchFunc:
     output_types: tuple[str, ...]
 
 
-def _walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+def walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+    """Every op named `name` nested in `op` (pre-order)."""
     found: list[ir.Operation] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
@@ -102,7 +103,7 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
     from iree.compiler.dialects import func as func_d
 
     call = users[0]
-    funcs = _walk_ops(exe, "func.func")
+    funcs = walk_ops(exe, "func.func")
     if len(funcs) != 1:
         raise UnsupportedDispatch(f"executable {name}: {len(funcs)} functions")
     if any(not isinstance(v.type, ir.RankedTensorType) for v in call.operands):
@@ -136,7 +137,7 @@ def codegen_view(configured: str) -> DispatchFunc:
     dispatch since dispatch formation, e.g. re-expanded unit dims of a convolution)."""
     with ir.Context() as ctx:
         module = ir.Module.parse(configured, ctx)
-        funcs = [f for f in _walk_ops(module.operation, "func.func")]
+        funcs = [f for f in walk_ops(module.operation, "func.func")]
         if len(funcs) != 1:
             raise UnsupportedDispatch(f"configured executable has {len(funcs)} functions")
         # Drop IREE's own decisions: the view is the payload, not a configuration.
@@ -159,7 +160,7 @@ def to_task_function(func: ir.Operation) -> DispatchFunc:
 def _to_task_function(func: ir.Operation) -> DispatchFunc:
     name = ir.StringAttr(func.attributes["sym_name"]).value
     for bad in _UNSUPPORTED:
-        if _walk_ops(func, bad):
+        if walk_ops(func, bad):
             raise UnsupportedDispatch(f"dispatch {name}: '{bad}' (dynamic shapes) is not supported yet")
     block = func.regions[0].blocks[0]
     n_orig_args = len(block.arguments)  # flow-level dispatches take dispatch tensors as args

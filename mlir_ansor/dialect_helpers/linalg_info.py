@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
+from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.errors import UnsupportedDispatch
 
 # Body ops that count as one floating-point (or integer) operation each.
@@ -211,14 +212,7 @@ MAP_STORE = "iree_linalg_ext.map_store"
 def _map_stored(func: ir.Operation, ops: list[ir.Operation]) -> set[int]:
     """Indices of `ops` whose result an `iree_linalg_ext.map_store` writes out; only the
     last op's (the strategy tiles that map_store as the workgroup root)."""
-    stores: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name == MAP_STORE:
-            stores.append(o)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
+    stores = walk_ops(func, MAP_STORE)
     found = set()
     for st in stores:
         owner = getattr(st.operands[0].owner, "operation", st.operands[0].owner)
