@@ -22,8 +22,10 @@ from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 
 # The named NCHW convolution the pass converts (2-D, channels first).
 _CHANNELS_FIRST = "linalg.conv_2d_nchw_fchw"
-_PIPELINE = ("builtin.module(func.func(iree-preprocessing-convert-conv-to-channels-last),"
-             "canonicalize,cse)")
+_PASS = "iree-preprocessing-convert-conv-to-channels-last"
+_PIPELINE = f"builtin.module(func.func({_PASS}),canonicalize,cse)"
+# The same rewrite inside a stock iree-compile run (the anchor of tools/bench_models.py).
+CHANNELS_LAST_FLAG = f"--iree-preprocessing-pass-pipeline=builtin.module(util.func({_PASS}))"
 
 
 def channels_first_convs(model_mlir: str) -> int:
