@@ -116,3 +116,22 @@ def test_map_store_outputs_tune_and_validate(two_convs, tools, tmp_path):
         ParallelStep(root.name, ()) if isinstance(s, ParallelStep)
         else whole.get((s.op, getattr(s, "loop", None)), s) for s in progs[0].steps))
     assert "workgroup tile too large for a map_store output" in violations(m.task.ops, big)
+
+
+def test_a_consumer_writing_back_to_nchw_validates(two_convs, tools, tmp_path):
+    """The last conv's bias writes the model's NCHW output (a transposed map): the fused
+    consumer's tiles are mapped through the map it reads the conv with (mapped by output
+    dims, two of these six programs failed to compile)."""
+    _, _, text = two_convs
+    (tmp_path / "cl.mlir").write_text(to_channels_last(text))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "cl.mlir", "llvm-cpu", tools, 300))
+             if t.tunable]
+    cfg = M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60)
+    m = M.TaskMeasurer(tasks[-1], tmp_path / "last", tools, cfg)
+    m.prepare()
+    anchor = m.task.ops[-1]
+    assert anchor.output.map_results[0] == ((3, 1),)  # channels first again
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(6)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 6, [r.error[:200] for r in recs]

@@ -81,16 +81,28 @@ class _Plan:
         if self.root is None or self.anchor is self.root:
             return sizes
         out = [0] * len(self.anchor.extents)
+        loop_of = self._anchor_loop_of_root_dim()
         for l, s in enumerate(sizes):
             p = self.root.output_dim_of_loop(l)
-            if p is None or not s:
+            if p is None or not s or loop_of.get(p) is None:
                 continue
-            for c in range(len(self.anchor.extents)):
-                if self.anchor.output_dim_of_loop(c) == p:
-                    out[c] = s
+            out[loop_of[p]] = s
         if level == 0 and not any(out):
             out[0] = self.anchor.extents[0]
         return out
+
+    def _anchor_loop_of_root_dim(self) -> dict[int, int | None]:
+        """Root output dim -> the anchor loop over it: through the map the anchor reads the
+        root's result with (a consumer may write its output transposed, e.g. back to NCHW
+        at a model's output), else by equal output dims."""
+        shape = self.root.output.shape
+        reads = [o for o in self.anchor.operands if not o.is_output and o.shape == shape
+                 and all(len(t) == 1 and t[0][1] == 1 for t in o.map_results)]
+        if self.root.index in self.anchor.producers and len(reads) == 1:
+            return {p: t[0][0] for p, t in enumerate(reads[0].map_results)}
+        return {p: next((c for c in range(len(self.anchor.extents))
+                         if self.anchor.output_dim_of_loop(c) == p), None)
+                for p in range(len(shape))}
 
     def tile_shape(self, level: int) -> list[int]:
         """Shape of the root/anchor output tile at `level`."""
