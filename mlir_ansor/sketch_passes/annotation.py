@@ -146,10 +146,13 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
     else:
         anchor = op_by_name(ops, sketch.anchor)
         whole = whole_row_loops(ops, sketch)
+        for _ in range(100):  # resample until a map_store's workgroup tile fits the stack
+            splits = {l: (anchor.extents[l],) if l in whole else _sample_levels(
+                rng, anchor.extents[l], 1, _inner_limit(anchor, l)) for l in anchor.parallel_dims}
+            if _map_store_fits(ops, sketch, anchor, splits):
+                break
         for l in anchor.parallel_dims:
-            lengths = (anchor.extents[l],) if l in whole else _sample_levels(
-                rng, anchor.extents[l], 1, _inner_limit(anchor, l))
-            prog = prog.with_step(SplitStep(anchor.name, l, lengths))
+            prog = prog.with_step(SplitStep(anchor.name, l, splits[l]))
         outer = [l for l in anchor.parallel_dims
                  if anchor.extents[l] // prog.split(anchor.name, l).lengths[0] > 1]
         prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
@@ -202,7 +205,9 @@ def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
                     splits: dict[int, tuple[int, ...]],
                     parallel: Sequence[int] | None = None) -> bool:
     """An output written through a map_store leaves the workgroup tile of the anchor and of
-    its accumulator as two stack buffers: together within IREE's 32 KiB stack limit."""
+    its accumulator (or producer) as two stack buffers: together within IREE's 32 KiB stack
+    limit. `root`: the op whose split steps give the tiles (root, or anchor of a plain
+    sketch)."""
     if not op_by_name(ops, sketch.anchor).map_stored:
         return True
     if parallel is None:  # as annotate picks them
@@ -250,11 +255,6 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
         if (sk.fuse_consumer or sk.cache_write) and \
                 math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
-        par = prog.find(ParallelStep, base.name)
-        if not _map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
-                                               for l in base.parallel_dims},
-                               par.loops if par else None):
-            errs.append("workgroup tile too large for a map_store output")
         for l in base.reduction_dims:
             s = prog.split(base.name, l)
             want = 1 if window is not None and l in window else 2
@@ -271,6 +271,10 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
         if u is None or u.factor not in unroll_choices(base, prog):
             errs.append("unroll factor does not divide the reduction trip count")
     par = prog.find(ParallelStep, base.name)
+    if not _map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
+                                           for l in base.parallel_dims},
+                           par.loops if par else None):
+        errs.append("workgroup tile too large for a map_store output")
     eligible = _eligible_parallel(base, prog)
     if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
             any(l not in eligible for l in par.loops):
