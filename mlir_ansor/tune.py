@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
     p.add_argument("--no-layout-rewrite", action="store_true",
-                   help="do not tune packed layouts of constant weights (llvm-cpu)")
+                   help="keep the model's layout: no channels-last activations, no packed "
+                        "constant weights (llvm-cpu)")
     return p.parse_args(argv)
 
 
