@@ -385,22 +385,24 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                      f"imported {_fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
                      + ("channels-last (model_tuned.mlir)" if a.channels_last
                         else f"as imported ({a.why})"))
+    # Whether the module handed back can differ from IREE's default build at all.
+    changed = {name: bool(e.applied) or layout(name).changed for name, e in e2es.items()}
     for name, e2e in e2es.items():
         e2e_table = _table(["", "torch eager (2 threads)", "IREE default", "tuned"],
                            [["latency ms", _fmt_ms(e2e.torch_s), _fmt_ms(e2e.default_s),
                              _fmt_ms(e2e.tuned_s)],
                             ["speedup vs IREE default", f"{e2e.default_s / e2e.torch_s:.2f}x",
                              "1.00x", f"{e2e.default_s / e2e.tuned_s:.2f}x"]])
-        changed = bool(e2e.applied) or layout(name).changed
-        same = "" if changed else " (no strategy beat IREE's default: tuned = default module)"
-        if changed and e2e.tuned_s > e2e.default_s:
+        same = "" if changed[name] else \
+            " (no strategy beat IREE's default: tuned = default module)"
+        if changed[name] and e2e.tuned_s > e2e.default_s:
             same = (" (the tuned module is slower end to end: IREE's default module is the "
                     "one handed back)")
         parts.append(f"End to end (model {name}, outputs match torch, max abs error "
                      f"{e2e.max_error:.2e}){same}:\n{e2e_table}")
     # Never hand back a slower module: the tuned one only where it changed something and was
     # not slower end to end.
-    wins = {name: (bool(e.applied) or layout(name).changed) and e.tuned_s <= e.default_s
+    wins = {name: changed[name] and e.tuned_s <= e.default_s
             for name, e in e2es.items()}
     measured = {}
     for name, e2e in e2es.items():
