@@ -76,7 +76,7 @@ SITE = PackSite(2, "linalg.matmul", 3, 1, 1, 16, (1, 0))
 
 
 def test_a_site_is_packed_only_where_its_dispatches_run_faster():
-    alt = Alternative(SITE, removed=(("plain", 1),), added=(("packed", 1), ("bias", 1)))
+    alt = Alternative((SITE,), removed=(("plain", 1),), added=(("packed", 1), ("bias", 1)))
     lat = {"plain": 1.0, "packed": 0.5, "bias": 0.1}
     assert choose_sites([alt], lat.get, 1.03) == [SITE]
     lat["packed"] = 0.9  # 1.0 vs 1.0 * 1.03: within the margin
@@ -87,7 +87,7 @@ def test_a_site_is_packed_only_where_its_dispatches_run_faster():
 
 
 def test_scheduler_start_of_a_packed_task_is_capped_by_what_it_replaces():
-    alt = Alternative(SITE, removed=(("plain", 2),), added=(("packed", 2),))
+    alt = Alternative((SITE,), removed=(("plain", 2),), added=(("packed", 2),))
     assert initial_latency([alt], {"plain": 1.0, "packed": 9.0}) == {"packed": 1.0}
 
 
@@ -117,3 +117,27 @@ def test_load_packs_the_sites_of_a_run(tmp_path):
     np.testing.assert_allclose(tuned(*inputs), model(*inputs).detach().numpy(),
                                rtol=1e-4, atol=1e-4)
     assert (tmp_path / "api" / "model.mlir").read_text().count("linalg.pack") == 2
+
+
+def test_sites_of_one_signature_are_one_alternative(tools, tmp_path):
+    """Three nn.Linear(64, 64) layers and one 64 -> 32: two signatures, so two whole-model
+    dispatch formations; the repeated layer's three sites are packed (and chosen) together."""
+    from mlir_ansor.dialect_helpers.layout_rewrite import site_signatures
+    from mlir_ansor.tuner.layouts import alternatives
+    from mlir_ansor.tuner.tasks import flow_source
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(64, 64) for _ in range(3)] + [torch.nn.Linear(64, 32)]
+    text = _text(torch.nn.Sequential(*layers), torch.randn(8, 64))
+    sites = find_sites(text)
+    sigs = site_signatures(text, sites)
+    assert len(sites) == 4 and len(set(sigs)) == 2 and sigs[0] == sigs[1] == sigs[2]
+    src = tmp_path / "m.mlir"
+    src.write_text(text)
+    alts, tasks = alternatives(text, flow_source(src, "llvm-cpu", tools, 300), tmp_path,
+                               "llvm-cpu", tools, 300, 16)
+    assert [len(a.sites) for a in alts] == [3, 1]
+    assert all(t.layout_of.startswith("site ") for t in tasks) and tasks
+    fast = {k: 0.1 for a in alts for k, _ in a.added}
+    slow = {k: 1.0 for a in alts for k, _ in a.removed}
+    assert choose_sites(alts, {**fast, **slow}.get, 1.03) == sites

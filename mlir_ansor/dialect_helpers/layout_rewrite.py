@@ -116,12 +116,8 @@ def _site(op: ir.Operation, generic: ir.Operation, seen: dict, tile: int,
     return PackSite(index, op.name, len(iterators), w, d, tile, perm)
 
 
-def find_sites(model_mlir: str, tile: int = DEFAULT_TILE,
-               convolutions: bool = True) -> list[PackSite]:
-    """The contractions of the model whose constant weight can be packed (program order);
-    `convolutions=False` leaves named convolutions out (in a channels-last model their
-    weights already hold the output channels contiguous, and each site costs a whole-model
-    dispatch formation to compare)."""
+def find_sites(model_mlir: str, tile: int = DEFAULT_TILE) -> list[PackSite]:
+    """The contractions of the model whose constant weight can be packed (program order)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)
         originals = _linalg_ops(module)
@@ -134,13 +130,21 @@ def find_sites(model_mlir: str, tile: int = DEFAULT_TILE,
         seen: dict = {}
         sites = []
         for i, (op, gen) in enumerate(zip(originals, generics)):
-            if gen.name != "linalg.generic" or (
-                    not convolutions and op.name.startswith("linalg.conv_")):
+            if gen.name != "linalg.generic":
                 continue
             s = _site(op, gen, seen, tile, i)
             if s is not None:
                 sites.append(s)
         return sites
+
+
+def site_signatures(model_mlir: str, sites: Sequence[PackSite]) -> list[str]:
+    """Per site: its op and operand types (sites with equal signatures pack alike)."""
+    with ir.Context():
+        module = ir.Module.parse(model_mlir)  # (kept alive while its ops are read)
+        ops = _linalg_ops(module)
+        return [f"{s.op_name}({', '.join(str(v.type) for v in ops[s.index].operands)})"
+                for s in sites]
 
 
 def _transform_module(sites: Sequence[PackSite]) -> tuple[ir.Module, transform.NamedSequenceOp]:

@@ -166,8 +166,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         if relayout:
             try:
                 alts[name], packed = alternatives(base.read_text(), flow, mdir, opts.target,
-                                                  tools, 600, opts.layout_tile,
-                                                  convolutions=not channels_last[name])
+                                                  tools, 600, opts.layout_tile)
                 per_model[name] += packed
             except LayoutRewriteError as e:  # tuned in its own layout; the report says why
                 layout_note += f"Layout rewrite skipped for {name}: {e}\n"
@@ -309,8 +308,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
                       f"without {sorted(drop)}", flush=True)
                 dropped.update(dict.fromkeys(drop, why))
                 gone = {entry_key[tid] for tid in drop}
-                keep = [a.site for a in alts[name]
-                        if a.site in sites[name] and not gone & {k for k, _ in a.added}]
+                keep = [s for a in alts[name] for s in a.sites
+                        if s in sites[name] and not gone & {k for k, _ in a.added}]
                 if keep != sites[name]:  # a packed dispatch without its strategy: unpack
                     sites[name] = keep
                     write_tuned(name)
@@ -370,14 +369,15 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         for name, al in alts.items():
             for a in al:
                 old, new = cost(a.removed), cost(a.added)
-                lrows.append([a.site.index, a.site.op_name, ",".join(ids[k] for k, _ in a.removed),
+                lrows.append([",".join(str(s.index) for s in a.sites), a.sites[0].op_name,
+                              ",".join(ids[k] for k, _ in a.removed),
                               ",".join(ids[k] for k, _ in a.added), _fmt_ms(old), _fmt_ms(new),
                               f"{old / new:.2f}x" if old and new else "-",
-                              "yes" if a.site in sites[name] else "no"]
+                              "yes" if a.sites[0] in sites[name] else "no"]
                              + ([] if single else [name]))
         parts.append("Layout rewrite of constant weights (what runs per site: tuned where it "
                      "won, else IREE's default; packed sites are in model_tuned.mlir):\n" + _table(
-                         ["site", "op", "plain tasks", "packed tasks", "plain ms", "packed ms",
+                         ["sites", "op", "plain tasks", "packed tasks", "plain ms", "packed ms",
                           "speedup", "packed"] + ([] if single else ["model"]), lrows))
     for name, a in activation.items():
         cl_ms = _fmt_ms(a.channels_last_s) if a.channels_last_s else "-"

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
-                                                       find_sites, rewrite)
+                                                       find_sites, rewrite, site_signatures)
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.measure import MeasureConfig, median_time
@@ -89,7 +89,7 @@ def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: 
 
 @dataclass(frozen=True)
 class Alternative:
-    site: PackSite
+    sites: tuple[PackSite, ...]  # packed together: ops of one signature (same op, same types)
     removed: tuple[tuple[str, int], ...]  # (task key, calls) of the plain model it replaces
     added: tuple[tuple[str, int], ...]  # (task key, calls) it brings
 
@@ -101,28 +101,34 @@ def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: 
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
-                 tools: Toolchain, timeout_s: float, tile: int, convolutions: bool = True
+                 tools: Toolchain, timeout_s: float, tile: int
                  ) -> tuple[list[Alternative], list[Task]]:
     """The packable contractions of the model with what packing each changes, and the
-    dispatches the plain model lacks as tasks (`layout_of` names their site);
-    `convolutions`: see find_sites."""
+    dispatches the plain model lacks as tasks (`layout_of` names their sites). Sites of one
+    signature (the same op on the same operand
+    types, e.g. the repeated 1x1 convs of a ResNet stage) are one alternative, packed
+    together: one dispatch formation of the whole model each, and one decision."""
     plain = Counter(dispatch_keys(plain_flow))
     alts: list[Alternative] = []
     tasks: dict[str, Task] = {}
     scratch = workdir / "model_packed.mlir"
+    sites = find_sites(model_mlir, tile)
+    groups: dict[str, list[PackSite]] = {}
+    for s, sig in zip(sites, site_signatures(model_mlir, sites)):
+        groups.setdefault(sig, []).append(s)
     try:
-        for s in find_sites(model_mlir, tile, convolutions):
-            flow = model_flow(rewrite(model_mlir, [s]), scratch, target, tools, timeout_s)
+        for group in groups.values():
+            flow = model_flow(rewrite(model_mlir, group), scratch, target, tools, timeout_s)
             packed = Counter(dispatch_keys(flow))
             added = packed - plain
+            label = f"site {','.join(str(s.index) for s in group)} ({group[0].op_name})"
             if not added:
-                raise LayoutRewriteError(f"packing site {s.index} changed no dispatch")
-            alts.append(Alternative(s, tuple(sorted((plain - packed).items())),
+                raise LayoutRewriteError(f"packing {label} changed no dispatch")
+            alts.append(Alternative(tuple(group), tuple(sorted((plain - packed).items())),
                                     tuple(sorted(added.items()))))
             for t in extract_tasks(flow, target):
                 if t.key in added and t.key not in tasks:
-                    tasks[t.key] = replace(t, name=f"{t.name} (packed)",
-                                           layout_of=f"site {s.index} ({s.op_name})")
+                    tasks[t.key] = replace(t, name=f"{t.name} (packed)", layout_of=label)
     finally:
         scratch.unlink(missing_ok=True)
     return alts, list(tasks.values())
@@ -139,7 +145,7 @@ def choose_sites(alts: Sequence[Alternative], latency: Callable[[str], float | N
             continue
         old = sum((latency(k) or 0.0) * n for k, n in a.removed)
         if sum(x * n for x, (_, n) in zip(new, a.added)) * margin < old:
-            chosen.append(a.site)
+            chosen.extend(a.sites)
     return chosen
 
 
