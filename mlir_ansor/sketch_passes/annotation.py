@@ -16,6 +16,8 @@ MAX_OTHER_INNER = 16  # innermost tile of any other spatial loop
 MAX_REGISTER_TILE = 256  # elements of the innermost (register) tile
 UNROLL_CHOICES = (1, 2, 4, 8)
 MAX_WORKGROUP_DIMS = 3
+STACK_LIMIT_BYTES = 32 << 10  # IREE's CPU limit on a dispatch's stack allocations
+STACK_HEADROOM_BYTES = 1 << 10
 MAX_LOCAL_TILE = 8192  # elements of a local (stack) tile: IREE's CPU stack limit is 32 KiB
 
 
@@ -206,9 +208,10 @@ def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
                     parallel: Sequence[int] | None = None) -> bool:
     """An output written through a map_store leaves the workgroup tile of the anchor and of
     its accumulator (or producer) as two stack buffers: together within IREE's 32 KiB stack
-    limit. `root`: the op whose split steps give the tiles (root, or anchor of a plain
-    sketch)."""
-    if not op_by_name(ops, sketch.anchor).map_stored:
+    limit, with room for the strategy's small temporaries (up to 512 bytes seen). `root`:
+    the op whose split steps give the tiles (root, or anchor of a plain sketch)."""
+    anchor = op_by_name(ops, sketch.anchor)
+    if not anchor.map_stored:
         return True
     if parallel is None:  # as annotate picks them
         outer = [l for l in root.parallel_dims if root.extents[l] // math.prod(splits[l]) > 1]
@@ -216,7 +219,7 @@ def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
     par = set(parallel)
     tile = math.prod(math.prod(splits[l]) if l in par else root.extents[l]
                      for l in root.parallel_dims)
-    return 2 * tile <= MAX_LOCAL_TILE
+    return 2 * tile * anchor.output.elem_bytes + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 
 def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
