@@ -18,7 +18,9 @@ UNROLL_CHOICES = (1, 2, 4, 8)
 MAX_WORKGROUP_DIMS = 3
 STACK_LIMIT_BYTES = 32 << 10  # IREE's CPU limit on a dispatch's stack allocations
 STACK_HEADROOM_BYTES = 1 << 10
-MAX_LOCAL_TILE = 8192  # elements of a local (stack) tile: IREE's CPU stack limit is 32 KiB
+# f32 elements of a local (stack) tile, with room for the strategy's small temporaries
+# (a 32 KiB tile plus 64-512 bytes of them failed to compile).
+MAX_LOCAL_TILE = (STACK_LIMIT_BYTES - STACK_HEADROOM_BYTES) // 4
 
 
 def divisors(n: int) -> list[int]:
