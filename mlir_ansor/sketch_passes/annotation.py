@@ -19,7 +19,7 @@ MAX_WORKGROUP_DIMS = 3
 STACK_LIMIT_BYTES = 32 << 10  # IREE's CPU limit on a dispatch's stack allocations
 STACK_HEADROOM_BYTES = 1 << 10
 # f32 elements of a local (stack) tile, with room for the strategy's small temporaries
-# (a 32 KiB tile plus 64-512 bytes of them failed to compile).
+# (a 32 KiB tile plus 64-1024 bytes of them failed to compile).
 MAX_LOCAL_TILE = (STACK_LIMIT_BYTES - STACK_HEADROOM_BYTES) // 4
 
 
@@ -210,7 +210,7 @@ def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
                     parallel: Sequence[int] | None = None) -> bool:
     """An output written through a map_store leaves the workgroup tile of the anchor and of
     its accumulator (or producer) as two stack buffers: together within IREE's 32 KiB stack
-    limit, with room for the strategy's small temporaries (up to 512 bytes seen). `root`:
+    limit, with room for the strategy's small temporaries (64-1024 bytes seen). `root`:
     the op whose split steps give the tiles (root, or anchor of a plain sketch)."""
     anchor = op_by_name(ops, sketch.anchor)
     if not anchor.map_stored:
