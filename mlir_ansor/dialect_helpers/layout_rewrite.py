@@ -116,8 +116,10 @@ def _site(op: ir.Operation, generic: ir.Operation, seen: dict, tile: int,
     return PackSite(index, op.name, len(iterators), w, d, tile, perm)
 
 
-def find_sites(model_mlir: str, tile: int = DEFAULT_TILE) -> list[PackSite]:
-    """The contractions of the model whose constant weight can be packed (program order)."""
+def find_sites(model_mlir: str, tile: int = DEFAULT_TILE,
+               convolutions: bool = True) -> list[PackSite]:
+    """The contractions of the model whose constant weight can be packed (program order);
+    `convolutions=False` leaves named convolutions out."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)
         originals = _linalg_ops(module)
@@ -130,7 +132,8 @@ def find_sites(model_mlir: str, tile: int = DEFAULT_TILE) -> list[PackSite]:
         seen: dict = {}
         sites = []
         for i, (op, gen) in enumerate(zip(originals, generics)):
-            if gen.name != "linalg.generic":
+            if gen.name != "linalg.generic" or (
+                    not convolutions and op.name.startswith("linalg.conv_")):
                 continue
             s = _site(op, gen, seen, tile, i)
             if s is not None:

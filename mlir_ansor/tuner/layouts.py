@@ -101,18 +101,18 @@ def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: 
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
-                 tools: Toolchain, timeout_s: float, tile: int
+                 tools: Toolchain, timeout_s: float, tile: int, convolutions: bool = True
                  ) -> tuple[list[Alternative], list[Task]]:
     """The packable contractions of the model with what packing each changes, and the
-    dispatches the plain model lacks as tasks (`layout_of` names their sites). Sites of one
-    signature (the same op on the same operand
+    dispatches the plain model lacks as tasks (`layout_of` names their sites;
+    `convolutions`: see find_sites). Sites of one signature (the same op on the same operand
     types, e.g. the repeated 1x1 convs of a ResNet stage) are one alternative, packed
     together: one dispatch formation of the whole model each, and one decision."""
     plain = Counter(dispatch_keys(plain_flow))
     alts: list[Alternative] = []
     tasks: dict[str, Task] = {}
     scratch = workdir / "model_packed.mlir"
-    sites = find_sites(model_mlir, tile)
+    sites = find_sites(model_mlir, tile, convolutions)
     groups: dict[str, list[PackSite]] = {}
     for s, sig in zip(sites, site_signatures(model_mlir, sites)):
         groups.setdefault(sig, []).append(s)
