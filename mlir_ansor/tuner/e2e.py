@@ -44,7 +44,11 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
             raise CompileError(f"iree-compile failed on {model_mlir}: "
                                f"{res.stderr.strip()[-500:]}")
         model_mlir = staged
-        extra.append("--compile-from=global-optimization")
+        # Single-threaded: with several dispatches configured in parallel, IREE 3.13 also
+        # deadlocked in the second step (gdb: a worker in MaterializeUserConfigs waits on
+        # getOrLoadTransformLibraryModule's mutex while the thread holding it waits for
+        # the worker pool).
+        extra += ["--compile-from=global-optimization", "--mlir-disable-threading"]
     res = compile_module(tools, model_mlir, out, cfg, library, extra,
                          timeout_s=cfg.model_compile_timeout_s)
     if res.returncode != 0:
