@@ -135,3 +135,33 @@ def test_a_consumer_writing_back_to_nchw_validates(two_convs, tools, tmp_path):
     progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(6)]
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 6, [r.error[:200] for r in recs]
+
+
+def test_programs_transfer_only_where_they_are_valid():
+    """Two tasks with the same loops share their best programs, but a workgroup tile that
+    fits a plain output can overflow the stack when the output goes through a map_store
+    (10 of 96 `make tune` trials failed that way before the check)."""
+    from dataclasses import replace as dc_replace
+
+    from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+    from mlir_ansor.sketch_passes.rules import default_cpu_rules
+    from mlir_ansor.sketch_passes.sketch import generate_sketches
+    from mlir_ansor.tuner.records import Record
+    from mlir_ansor.tuner.search import transferable
+    from mlir_ansor.tuner.tasks import Task
+    from tests.conftest import DATA
+
+    stored = tuple(analyze_task((DATA / "conv_nhwc_map_store.mlir").read_text()))
+    plain = tuple(dc_replace(o, map_stored=False) for o in stored)
+    sketches = tuple(generate_sketches(stored, default_cpu_rules()))
+    task = lambda key, ops: Task(key, key, key, 1, "", "", (), (), ops, sketches)
+    a, b = task("a", plain), task("b", stored)
+    rng = random.Random(0)
+    progs = [annotate(plain, sketches[0], rng) for _ in range(40)]
+    big = [p for p in progs if violations(stored, p)]
+    small = [p for p in progs if not violations(stored, p)]
+    assert big and small
+    recs = [Record("a", p.to_json(), p.key, "ok", latency_s=0.001 * i)
+            for i, p in enumerate(big[:1] + small[:1])]
+    got = transferable(b, [a, b], recs, set())
+    assert got == small[:1]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from mlir_ansor.errors import AnsorError
-from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured
+from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
@@ -100,14 +100,17 @@ def loop_signature(task: Task) -> tuple:
 
 def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measured: set[str],
                  top: int = 2) -> list[Program]:
-    """The best programs of tasks with the same loop nest, not yet measured on `task`."""
+    """The best programs of tasks with the same loop nest, not yet measured on `task`, that
+    are valid for it (the same loops can still differ in constraints, e.g. an output
+    written through a map_store)."""
     sig = loop_signature(task)
     keys = {t.key for t in tasks if t.key != task.key and loop_signature(t) == sig}
     ok = sorted((r for r in records if r.ok and r.task_key in keys), key=lambda r: r.latency_s)
     out: list[Program] = []
     for r in ok:
         p = r.to_program()
-        if p.key not in measured and p.sketch in task.sketches and p not in out:
+        if p.key not in measured and p.sketch in task.sketches and p not in out and \
+                not violations(task.ops, p):
             out.append(p)
         if len(out) == top:
             break
