@@ -1,5 +1,6 @@
 """End-to-end benchmark of bundled models: torch eager (2 threads), IREE default, IREE with
-data tiling, IREE with its channels-last rewrite (models with NCHW convs), and tuned modules, timed side by side in one run (interleaved rounds).
+data tiling, IREE with its channels-last rewrite (models with NCHW convs), and tuned modules,
+timed side by side in one run (interleaved rounds).
 
   python tools/bench_models.py resnet50 --tuned gradient=runs/r50_gradient
   python tools/bench_models.py resnet50 --compare-schedulers --trials 600 --out runs/sched
@@ -16,11 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from mlir_ansor.dialect_helpers.activation_layout import CHANNELS_LAST_FLAG, channels_first_convs
+from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
+                                                          channels_first_convs)
 from mlir_ansor.examples import EXAMPLES
-from mlir_ansor.tuner.e2e import compile_model, torch_time
+from mlir_ansor.tuner.e2e import compile_model, save_inputs, torch_time
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import (MeasureConfig, compile_module, median_time, outputs_match,
                                       run_outputs)
@@ -77,11 +77,7 @@ def main() -> int:
                                 lib if lib.exists() else None)
         print(f"{label}: {len(applied)} tuned dispatches applied")
         vmfbs[label] = v
-    in_paths = []
-    for i, x in enumerate(inputs):
-        p = out / f"in{i}.npy"
-        np.save(p, x.numpy())
-        in_paths.append(p)
+    in_paths = save_inputs(inputs, out)
     ref = model(*inputs).detach().numpy()
     for label, v in vmfbs.items():
         outs, err = run_outputs(tools, v, in_paths, 1, out, cfg)
