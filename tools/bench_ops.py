@@ -6,9 +6,10 @@ sampled programs that compiled, were confirmed applied and validated.
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
 
-Each workload is a normal `mlir_ansor.tune` run (policy random) under OUT/<workload>; an
-interrupted benchmark keeps the rows already in OUT/summary.json and resumes the rest. Prints one row per workload, then the
-geometric means per operator and over the suite.
+Each workload is a normal `mlir_ansor.tune` run (policy random, no IREE seeds) under
+OUT/<workload>; an interrupted benchmark keeps the rows already in OUT/summary.json and
+resumes the rest. Prints one row per workload, then the geometric means per operator and
+over the suite.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _geomean(xs: list[float]) -> float:
 
 def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
     res = driver.run(driver.TuneOptions(model=name, trials=trials, policy="random",
-                                        out=out / name, seed=seed, batch=8))
+                                        out=out / name, seed=seed, batch=8,
+                                        iree_seeds=False))
     report = json.loads((res.out / "report.json").read_text())
     e2e = report["e2e"][name]
     rec_file = res.out / "records.jsonl"  # absent when no task was tunable

@@ -25,7 +25,8 @@ from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import RecordStore, best_by_task, top_programs
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler, weighted_latency
-from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks, with_hints
+from mlir_ansor.tuner.search import (SearchConfig, loop_signature, tune_tasks, with_hints,
+                                     with_iree_seeds)
 from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
@@ -56,6 +57,8 @@ class TuneOptions:
     # loop.
     layout_rewrite: bool = True
     layout_tile: int = DEFAULT_TILE
+    # Each task's first batch starts with the programs closest to IREE's own tile sizes.
+    iree_seeds: bool = True
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -218,9 +221,12 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
         {k: min(defaults.get(k) or 1.0, cap.get(k, math.inf)) for k in keys},
         weighted_latency({t.key: t.weight for t in tunable}),
         SchedulerConfig(strategy=opts.scheduler, seed=opts.seed))
+    policy = POLICIES[opts.policy]
+    if opts.iree_seeds:
+        policy = with_iree_seeds(policy)
     tune_tasks(tunable, measurers, store,
                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
-               records, on_record, with_hints(POLICIES[opts.policy], opts.hints), scheduler)
+               records, on_record, with_hints(policy, opts.hints), scheduler)
     bar.close()
 
     print(f"[4/5] top {opts.top_k} programs per task against IREE's default, side by side; "

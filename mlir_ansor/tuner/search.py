@@ -11,6 +11,7 @@ from typing import Callable, Protocol, Sequence
 from mlir_ansor.errors import AnsorError
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.hints import AnnotationHints
+from mlir_ansor.sketch_passes.iree_seed import seed_programs
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
@@ -71,6 +72,28 @@ class HintedPolicy:
                 if self.hints.accept(self.task.ops, p, self.rng):
                     out.append(p)
         return out[:n]
+
+
+class IreeSeededPolicy:
+    """A policy whose first proposal for a task starts with the programs closest to IREE's
+    own tile sizes (`iree_seed`), then the inner policy's."""
+
+    def __init__(self, inner: Policy, task: Task):
+        self.inner, self.task = inner, task
+
+    def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
+        seeds: list[Program] = []
+        if not any(r.task_key == self.task.key for r in records):
+            seeds = [p for p in seed_programs(self.task.ops, self.task.sketches,
+                                              self.task.iree_levels)
+                     if p.key not in measured][:n]
+        return seeds + self.inner.propose(n - len(seeds), measured | {p.key for p in seeds},
+                                          records)
+
+
+def with_iree_seeds(factory: PolicyFactory) -> PolicyFactory:
+    """`factory` whose policies measure IREE-like seed programs first on each task."""
+    return lambda task, seed: IreeSeededPolicy(factory(task, seed), task)
 
 
 def with_hints(factory: PolicyFactory, hints: Sequence[tuple[str, AnnotationHints]]

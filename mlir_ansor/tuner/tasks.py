@@ -12,6 +12,7 @@ from iree.compiler import ir
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
+from mlir_ansor.sketch_passes.iree_seed import Levels, iree_tile_levels
 from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
 from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
@@ -35,6 +36,7 @@ class Task:
     skip_reason: str = ""  # why the task is left to IREE's default
     view_mlir: str = ""  # the payload as codegen hands it over (set by with_codegen_view)
     layout_of: str = ""  # key of the task this one re-lays out (its weight packed), if any
+    iree_levels: tuple[Levels, ...] = ()  # IREE's default tile levels per op (seeds)
 
     @property
     def flops(self) -> int:
@@ -137,4 +139,5 @@ def with_codegen_view(task: Task, configured: str, target: str = "llvm-cpu") -> 
         view = codegen_view(configured)
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    return _analyzed(replace(task, view_mlir=view.task_mlir), view.task_mlir, target)
+    return _analyzed(replace(task, view_mlir=view.task_mlir,
+                             iree_levels=iree_tile_levels(configured)), view.task_mlir, target)

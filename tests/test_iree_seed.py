@@ -1,0 +1,112 @@
+"""Seed programs from IREE's own tile sizes: how its levels map onto our splits, the stack
+rule of map_store outputs, the first-batch policy, and that seeds compile, apply and
+validate."""
+import random
+
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import op_by_name, violations
+from mlir_ansor.sketch_passes.iree_seed import iree_tile_levels, seed_program, seed_programs
+from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
+from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.search import IreeSeededPolicy, RandomPolicy
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+from tests.conftest import DATA, MATMUL, ops_of
+
+CONFIGURED = """
+func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill {lowering_config = #iree_cpu.lowering_config<vector_common_parallel = [8, 16]>}
+      ins(%c0 : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %r = linalg.matmul {lowering_config = #iree_cpu.lowering_config<distribution = [32, 32, 0],
+      vector_common_parallel = [8, 16, 0], vector_reduction = [0, 0, 16]>}
+      ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>
+  return %r : tensor<64x48xf32>
+}"""
+
+
+def test_levels_are_read_per_op_in_payload_order():
+    levels = iree_tile_levels(CONFIGURED)
+    assert levels == ((("vector_common_parallel", (8, 16)),),
+                      (("distribution", (32, 32, 0)), ("vector_common_parallel", (8, 16, 0)),
+                       ("vector_reduction", (0, 0, 16))))
+
+
+def test_seed_follows_iree_tiles_rounded_to_divisors():
+    """64x48x32 matmul, IREE: workgroup 32x32, register 8x16, reduction vector 16. The 48
+    loop gets the largest divisors not above IREE's sizes (workgroup 24, register 12)."""
+    ops = ops_of(MATMUL)
+    sketches = generate_sketches(ops, default_cpu_rules())
+    seeds = seed_programs(ops, sketches, iree_tile_levels(CONFIGURED))
+    # One seed per sketch with a root (cache write and plain multi-level tiling).
+    assert [p.sketch.name for p in seeds] == [s.name for s in sketches if s.root]
+    root = op_by_name(ops, seeds[0].sketch.root)
+    for p in seeds:
+        assert p.split(root.name, 0).lengths == (4, 1, 8)
+        assert p.split(root.name, 1).lengths == (2, 1, 12)
+        assert p.split(root.name, 2).lengths == (32, 16)
+        assert p.find(ParallelStep, root.name).loops == (0, 1)
+        assert p.find(UnrollStep, root.name).factor == 1
+        assert violations(ops, p) == []
+
+
+def test_no_seed_without_a_workgroup_level():
+    ops = ops_of(MATMUL)
+    sk = [s for s in generate_sketches(ops, default_cpu_rules()) if s.root][0]
+    assert seed_program(ops, sk, (("vector_common_parallel", (8, 16, 0)),)) is None
+    # Levels that do not line up with the analyzed ops (a rewritten payload): no seeds.
+    assert seed_programs(ops, [sk], ()) == []
+
+
+def test_map_store_output_shrinks_the_workgroup_tile():
+    """IREE tiles this map_store'd conv output whole (16x16x16 floats, twice on the stack:
+    over 32 KiB); the seed halves workgroup tiles until the stack rule holds."""
+    ops = ops_of((DATA / "conv_nhwc_map_store.mlir").read_text())
+    sk = [s for s in generate_sketches(ops, default_cpu_rules()) if s.root][0]
+    root = op_by_name(ops, sk.root)
+    levels = [()] * len(ops)
+    levels[root.index] = (("distribution", (0,) * 7), ("vector_common_parallel", (1, 1, 8, 16, 0, 0, 0)),
+                          ("vector_reduction", (0, 0, 0, 0, 1, 1, 8)))
+    p = seed_program(ops, sk, levels[root.index])
+    assert p is not None and violations(ops, p) == []
+    wg = [p.split(root.name, l).lengths for l in root.parallel_dims]
+    assert sum(s[0] * s[1] * s[2] for s in wg) < sum(root.extents[l] for l in root.parallel_dims)
+    assert [s[-1] for s in wg] == [1, 1, 8, 16]  # register tiles kept (row loops: 1)
+
+
+@pytest.fixture(scope="module")
+def mm_measurer(tools, tmp_path_factory):
+    d = tmp_path_factory.mktemp("seed")
+    (d / "m.mlir").write_text(MATMUL)
+    task = [t for t in extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 120))
+            if t.tunable][0]
+    m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
+    m.prepare()
+    return m
+
+
+def test_seeds_of_a_real_task_compile_apply_and_validate(mm_measurer):
+    task = mm_measurer.task
+    assert task.iree_levels, "the default build's configuration was not read"
+    seeds = seed_programs(task.ops, task.sketches, task.iree_levels)
+    assert seeds
+    recs = mm_measurer.measure(seeds)
+    assert [r.status for r in recs] == ["ok"] * len(seeds), [r.error for r in recs]
+
+
+def test_seeded_policy_proposes_seeds_first_then_defers(mm_measurer):
+    task = mm_measurer.task
+    seeds = seed_programs(task.ops, task.sketches, task.iree_levels)
+    pol = IreeSeededPolicy(RandomPolicy(task, 0), task)
+    first = pol.propose(len(seeds) + 3, set(), [])
+    assert first[:len(seeds)] == seeds and len(first) == len(seeds) + 3
+    assert len({p.key for p in first}) == len(first)
+    # Once the task has records, only the inner policy proposes.
+    rec = Record(task_key=task.key, program=first[0].to_json(), program_key=first[0].key,
+                 status="ok", latency_s=1e-3)
+    later = pol.propose(4, {first[0].key}, [rec])
+    assert later == RandomPolicy(task, 0).propose(4, {first[0].key}, [rec])
