@@ -35,9 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
-    p.add_argument("--no-iree-seeds", action="store_true",
-                   help="do not start each task from the programs closest to IREE's own "
-                        "tile sizes (pure sampling/search)")
+    p.add_argument("--iree-seeds", action="store_true",
+                   help="start each task's search with the programs closest to IREE's own "
+                        "tile sizes")
     return p.parse_args(argv)
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                                  policy=args.policy, scheduler=args.scheduler,
                                  reuse=tuple(args.reuse),
                                  layout_rewrite=not args.no_layout_rewrite,
-                                 iree_seeds=not args.no_iree_seeds))
+                                 iree_seeds=args.iree_seeds))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

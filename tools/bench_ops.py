@@ -6,7 +6,7 @@ sampled programs that compiled, were confirmed applied and validated.
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
 
-Each workload is a normal `mlir_ansor.tune` run (policy random, no IREE seeds) under
+Each workload is a normal `mlir_ansor.tune` run (policy random) under
 OUT/<workload>; an interrupted benchmark keeps the rows already in OUT/summary.json and
 resumes the rest. Prints one row per workload, then the geometric means per operator and
 over the suite.
