@@ -287,6 +287,10 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
 
     print("[5/5] end to end: torch eager, IREE default, tuned (side by side)", flush=True)
     e2es = {}
+    # IREE's default of model.mlir, built (and timed) by this run's layout choice.
+    prebuilt = {name: mdir / "e2e" / "layout" / "as_imported.vmfb"
+                for name, (_, _, mdir) in loaded.items()
+                if name in activation and activation[name].plain_s > 0}
     dropped: dict[str, str] = {}  # task id -> why its strategy was taken out of the library
     for name, (model, inputs, mdir) in loaded.items():
         for _ in range(len(entries) + 1):  # every failed try drops at least one strategy
@@ -296,7 +300,8 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None) -> TuneRe
             try:
                 e2es[name] = end_to_end(tools, model, inputs, mdir / "model.mlir",
                                         library if mine else None, mdir / "e2e", cfg, mine,
-                                        tuned_mlir=tuned_mlir if layout(name).changed else None)
+                                        tuned_mlir=tuned_mlir if layout(name).changed else None,
+                                        prebuilt_default=prebuilt.get(name))
                 break
             except CompileError as err:
                 if library is None:

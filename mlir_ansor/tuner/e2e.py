@@ -2,6 +2,7 @@
 dispatches were configured with our strategies, compare with torch, time side by side."""
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -83,10 +84,12 @@ def torch_time(model, inputs: tuple, reps: int) -> float:
 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
-               rounds: int = 11, tuned_mlir: Path | None = None) -> EndToEnd:
-    """Compile `model_mlir` with IREE's defaults and `tuned_mlir` (default: the same model,
-    else e.g. with packed weights) with `library`; check both against torch; time torch and
-    both modules side by side."""
+               rounds: int = 11, tuned_mlir: Path | None = None,
+               prebuilt_default: Path | None = None) -> EndToEnd:
+    """Compile `model_mlir` with IREE's defaults (or take `prebuilt_default`, a module an
+    earlier step built from it that way) and `tuned_mlir` (default: the same model, else
+    e.g. with packed weights) with `library`; check both against torch; time torch and both
+    modules side by side."""
     import torch
 
     in_paths = save_inputs(inputs, out_dir)
@@ -95,7 +98,10 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     refs = [r.detach().numpy() for r in (ref if isinstance(ref, (tuple, list)) else (ref,))]
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
-    compile_model(tools, model_mlir, default_vmfb, cfg, None)
+    if prebuilt_default is not None and prebuilt_default.exists():
+        shutil.copyfile(prebuilt_default, default_vmfb)
+    else:
+        compile_model(tools, model_mlir, default_vmfb, cfg, None)
     applied: set[str] = set()
     same = library is None and tuned_mlir is None
     if same:  # nothing beat IREE's default: the tuned module is the default one
