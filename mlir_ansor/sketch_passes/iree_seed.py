@@ -2,10 +2,11 @@
 
 IREE's default codegen picks one tiling per dispatch (the root op's `lowering_config`:
 `distribution` = workgroup tile, `vector_common_parallel` = register tile,
-`vector_reduction` = innermost reduction tile). The first batch of a task measures, per
-sketch, our program closest to that choice: the search starts next to the anchor it is out
-to beat, and evolution mutates from there. Random sampling alone left many ResNet-50 1x1
-convs at 0.7-0.9x of IREE's default after 8-48 trials.
+`vector_reduction` = innermost reduction tile). With `--iree-seeds` the first batch of a
+task measures, per sketch, our program closest to that choice: the search starts next to
+the anchor it is out to beat, and evolution mutates from there. (Random sampling alone left
+many ResNet-50 1x1 convs at 0.2-0.9x of IREE's default after 4-48 trials; with seeds most
+reached 0.85-1.1x, but the model end to end did not get faster: see TuneOptions.)
 """
 from __future__ import annotations
 
