@@ -7,7 +7,7 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.tuner import measure as M
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from tests.conftest import MATMUL
+from tests.conftest import DATA, MATMUL
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,15 @@ def test_slow_candidates_are_timed_once(mm_measurer):
     finally:
         mm_measurer.best_s = None
     assert all(r.status == "ok" and len(r.samples_s) == 1 for r in recs)
+
+
+def test_batch_matmul_with_transposing_consumer_compiles_and_validates(tools, tmp_path):
+    """Folding unit dims around a fused, transposing consumer broke handle tracking (8 of 8
+    programs failed to compile on BERT's attention); such programs must stay valid."""
+    text = (DATA / "bmm_transposing_consumer_flow.mlir").read_text()
+    task = [t for t in extract_tasks(text) if t.tunable][0]
+    m = M.TaskMeasurer(task, tmp_path, tools, M.MeasureConfig(repetitions=1, min_time_s=0.01))
+    m.prepare()
+    assert [s.name for s in m.task.sketches] == ["MultiLevelTilingWithFusion"]
+    recs = m.measure(_programs(m, 3))
+    assert [r.status for r in recs] == ["ok"] * 3, [r.error for r in recs]

@@ -342,13 +342,15 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
                 h[root.name] = (transform.structured.DecomposeOp(named).result
                                 if kind == "conv2d" else named)
-            elif kind == "fold" or _batch_contraction(root):
+            elif kind == "fold" or (_batch_contraction(root) and not sk.fuse_consumer):
                 # No 1-D kernel for these (3-D, depthwise, grouped): every window loop and
                 # output row is a unit tile here, and folding the unit dims leaves a
                 # contraction (or an elementwise multiply-add) the vectorizer takes.
                 # Batch contractions too: a named batch_matmul vectorized with its unit
                 # batch dim lowers element by element (1x2304x32x288: 13x slower than
-                # IREE's); the fold needs the generic form.
+                # IREE's); the fold needs the generic form. Not with a fused consumer: the
+                # fold rewrote a transposing consumer (BERT's attention) beyond what its
+                # handle tracks ("tracking listener failed to find replacement op").
                 if kind != "fold":
                     h[root.name] = structured.GeneralizeOp(h[root.name]).result
                 tb.patterns(func, [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
