@@ -10,7 +10,6 @@ reached 0.85-1.1x, but the model end to end did not get faster: see TuneOptions.
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import Sequence
 
@@ -18,8 +17,8 @@ from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, tileable_ops
-from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, _inner_limit,
-                                                 _map_store_fits, divisors,
+from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, _eligible_parallel,
+                                                 _inner_limit, _map_store_fits, divisors,
                                                  op_by_name, reduction_vector_limit,
                                                  unit_loops, violations, whole_row_loops,
                                                  window_loops)
@@ -91,7 +90,6 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
         return xs[l] if l < len(xs) else 0
 
     prog = Program(sketch)
-    outer: list[int] = []
     if sketch.root:
         unit = unit_loops(base)
         splits: dict[int, tuple[int, ...]] = {}
@@ -105,8 +103,6 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
         splits = _fit_map_store(ops, sketch, base, splits)
         for l in base.parallel_dims:
             prog = prog.with_step(SplitStep(base.name, l, splits[l]))
-            if base.extents[l] > math.prod(splits[l]):
-                outer.append(l)
         window = window_loops(base) or set()
         for l in base.reduction_dims:
             ext = base.extents[l]
@@ -116,8 +112,6 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
             else:
                 v = _largest_divisor(ext, min(at(red, l) or ext, reduction_vector_limit(sketch)))
                 prog = prog.with_step(SplitStep(base.name, l, (ext, v)))
-        prog = prog.with_step(ParallelStep(base.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
-        prog = prog.with_step(UnrollStep(base.name, 1))
     else:
         whole = whole_row_loops(ops, sketch)
         for l in base.parallel_dims:
@@ -125,9 +119,10 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
             tile = ext if l in whole else _largest_divisor(
                 ext, min(at(dist, l) or ext, _inner_limit(base, l)))
             prog = prog.with_step(SplitStep(base.name, l, (tile,)))
-            if ext > tile:
-                outer.append(l)
-        prog = prog.with_step(ParallelStep(base.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
+    eligible = _eligible_parallel(base, prog)
+    prog = prog.with_step(ParallelStep(base.name, tuple(eligible[:MAX_WORKGROUP_DIMS])))
+    if sketch.root:
+        prog = prog.with_step(UnrollStep(base.name, 1))
     prog = prog.with_step(VectorizeStep(base.name))
     return None if violations(ops, prog) else prog
 
