@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.tasks import flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -82,3 +83,13 @@ def conv_tasks(tools, tmp_path_factory):
 
 def ops_of(text: str):
     return analyze_task(text)
+
+
+def prepared_measurer(tools: Toolchain, workdir: Path, payload: str) -> TaskMeasurer:
+    """A prepared measurer (quick timing) of the tunable task a payload function forms."""
+    (workdir / "m.mlir").write_text(payload)
+    task = [t for t in extract_tasks(flow_source(workdir / "m.mlir", "llvm-cpu", tools, 120))
+            if t.tunable][0]
+    m = TaskMeasurer(task, workdir / "tasks", tools, MeasureConfig(repetitions=2, min_time_s=0.01))
+    m.prepare()
+    return m

@@ -1,7 +1,6 @@
 """Seed programs from IREE's own tile sizes: how its levels map onto our splits, the stack
 rule of map_store outputs, the first-batch policy, and that seeds compile, apply and
 validate."""
-import random
 
 import pytest
 
@@ -10,11 +9,9 @@ from mlir_ansor.sketch_passes.iree_seed import iree_tile_levels, seed_program, s
 from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from mlir_ansor.tuner import measure as M
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.search import IreeSeededPolicy, RandomPolicy
-from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from tests.conftest import DATA, MATMUL, ops_of
+from tests.conftest import DATA, MATMUL, ops_of, prepared_measurer
 
 CONFIGURED = """
 func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {
@@ -80,13 +77,7 @@ def test_map_store_output_shrinks_the_workgroup_tile():
 
 @pytest.fixture(scope="module")
 def mm_measurer(tools, tmp_path_factory):
-    d = tmp_path_factory.mktemp("seed")
-    (d / "m.mlir").write_text(MATMUL)
-    task = [t for t in extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 120))
-            if t.tunable][0]
-    m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
-    m.prepare()
-    return m
+    return prepared_measurer(tools, tmp_path_factory.mktemp("seed"), MATMUL)
 
 
 def test_seeds_of_a_real_task_compile_apply_and_validate(mm_measurer):

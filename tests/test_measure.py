@@ -6,19 +6,13 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.tuner import measure as M
-from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from tests.conftest import DATA, MATMUL
+from mlir_ansor.tuner.tasks import extract_tasks
+from tests.conftest import DATA, MATMUL, prepared_measurer
 
 
 @pytest.fixture(scope="module")
 def mm_measurer(tools, tmp_path_factory):
-    d = tmp_path_factory.mktemp("mm")
-    (d / "m.mlir").write_text(MATMUL)
-    tasks = extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 120))
-    task = [t for t in tasks if t.tunable][0]
-    m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
-    m.prepare()
-    return m
+    return prepared_measurer(tools, tmp_path_factory.mktemp("mm"), MATMUL)
 
 
 def _programs(m, n, seed=0):

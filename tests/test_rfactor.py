@@ -6,9 +6,7 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from mlir_ansor.tuner import measure as M
-from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from tests.conftest import MATMUL, ROW_SUM, linalg_func, ops_of
+from tests.conftest import MATMUL, ROW_SUM, linalg_func, ops_of, prepared_measurer
 
 # 2x2048 . 2048x2: 4 outputs, each a 2048-long dot product.
 THIN_MATMUL = linalg_func("%a: tensor<2x2048xf32>, %b: tensor<2048x2xf32>", "tensor<2x2xf32>", """
@@ -57,13 +55,7 @@ def test_rfactor_lanes_may_fill_a_wide_vector():
 
 @pytest.fixture(scope="module")
 def row_sum_measurer(tools, tmp_path_factory):
-    d = tmp_path_factory.mktemp("rowsum")
-    (d / "m.mlir").write_text(ROW_SUM)
-    task = [t for t in extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 120))
-            if t.tunable][0]
-    m = M.TaskMeasurer(task, d / "tasks", tools, M.MeasureConfig(repetitions=2, min_time_s=0.01))
-    m.prepare()
-    return m
+    return prepared_measurer(tools, tmp_path_factory.mktemp("rowsum"), ROW_SUM)
 
 
 def test_rfactor_programs_apply_and_validate(row_sum_measurer):
