@@ -12,7 +12,6 @@ scheduler and round robin, same seed), then times both tuned modules side by sid
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +19,10 @@ from pathlib import Path
 from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
                                                           channels_first_convs)
 from mlir_ansor.examples import EXAMPLES
-from mlir_ansor.tuner.e2e import compile_model, save_inputs, torch_time
+from mlir_ansor.tuner.e2e import compile_model, module_times, save_inputs, torch_times
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.measure import (MeasureConfig, compile_module, median_time, outputs_match,
-                                      run_outputs)
+from mlir_ansor.tuner.measure import (MeasureConfig, compile_module, lower_quartile,
+                                      outputs_match, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
 
 
@@ -87,18 +86,15 @@ def main() -> int:
             return 1
     times: dict[str, list[float]] = {k: [] for k in ["torch eager (2 threads)", *vmfbs]}
     for _ in range(args.rounds):
-        times["torch eager (2 threads)"].append(torch_time(model, inputs, 10))
+        times["torch eager (2 threads)"] += torch_times(model, inputs, cfg)
         for label, v in vmfbs.items():
-            t = median_time(tools, v, in_paths, cfg)
-            if t is None:
-                print(f"{label}: benchmark failed", file=sys.stderr)
-                return 1
-            times[label].append(t)
-    base = statistics.median(times["IREE default"])
-    print(f"\n{args.model}, end to end, {args.rounds} interleaved rounds (medians):")
+            times[label] += module_times(tools, v, in_paths, cfg)
+    base = lower_quartile(times["IREE default"])
+    print(f"\n{args.model}, end to end, {args.rounds} interleaved rounds "
+          f"(lower quartile of all repetitions):")
     print(f"{'':28s} {'ms':>9s} {'vs IREE default':>16s}")
     for label, ts in times.items():
-        t = statistics.median(ts)
+        t = lower_quartile(ts)
         print(f"{label:28s} {t * 1e3:9.3f} {base / t:15.2f}x")
     return 0
 

@@ -78,9 +78,9 @@ def main() -> int:
                                               if n not in {x["workload"] for x in rows}],
                                       indent=2))
     print(f"\nOperator suite, {args.trials} random trials per workload, llvm-cpu (latencies: "
-          "medians measured side by side in one run per workload; 'tuned' is the module "
-          "compiled with the exported library, 'handed back' the one the tool returns: IREE's "
-          "default where the tuned module was slower end to end)")
+          "lower quartile of all repetitions, measured side by side in one run per "
+          "workload; 'tuned' is the module compiled with the exported library, 'handed "
+          "back' the one the tool returns: IREE's default where the tuned module was slower end to end)")
     hdr = (f"{'workload':15s} {'trials':>6s} {'valid':>6s} {'torch ms':>9s} {'IREE ms':>9s} "
            f"{'tuned ms':>9s} {'tuned/IREE':>10s} {'back/IREE':>9s} {'back/torch':>10s}  "
            "failures")

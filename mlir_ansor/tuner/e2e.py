@@ -3,7 +3,6 @@ dispatches were configured with our strategies, compare with torch, time side by
 from __future__ import annotations
 
 import shutil
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +11,9 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.errors import CompileError, StrategiesNotApplied
-from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, compile_module,
-                                      median_time, outputs_match, run_outputs)
+from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
+                                      compile_module, lower_quartile, outputs_match,
+                                      run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
 
 
@@ -68,18 +68,38 @@ def save_inputs(inputs: tuple, out_dir: Path) -> list[Path]:
     return paths
 
 
-def torch_time(model, inputs: tuple, reps: int) -> float:
+def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
+    """Torch eager (2 threads) timed like `benchmark` times a module: after `cfg.warmup_s`
+    of untimed calls, `cfg.repetitions` repetitions, each the mean of back-to-back calls
+    over at least `cfg.min_time_s`."""
     import torch
 
     torch.set_num_threads(2)
     with torch.no_grad():
+        end = time.perf_counter() + cfg.warmup_s
         model(*inputs)
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
+        while time.perf_counter() < end:
             model(*inputs)
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        times = []
+        for _ in range(cfg.repetitions):
+            n, start = 0, time.perf_counter()
+            while True:
+                model(*inputs)
+                n += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= cfg.min_time_s:
+                    break
+            times.append(elapsed / n)
+    return times
+
+
+def module_times(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
+                 cfg: MeasureConfig) -> list[float]:
+    """The timed repetitions of one `benchmark` run of a whole model."""
+    times, err = benchmark(tools, vmfb, inputs, cfg)
+    if not times:
+        raise CompileError(f"benchmarking {vmfb.name} failed: {err}")
+    return times
 
 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
@@ -120,16 +140,15 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         if bad:
             raise CompileError(f"{vmfb.name} does not match torch: {bad}")
         max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
-    t_torch, t_def, t_tuned = [], [], []
+    t_torch: list[float] = []
+    t_def: list[float] = []
+    t_tuned: list[float] = []
     timed = [(default_vmfb, t_def)] + ([] if same else [(tuned_vmfb, t_tuned)])
     for i in range(rounds):  # interleaved, order alternating: drift hits all alike
         for vmfb, times in (timed if i % 2 == 0 else timed[::-1]):
-            t = median_time(tools, vmfb, in_paths, cfg)
-            if t is None:
-                raise CompileError(f"benchmarking {vmfb.name} failed")
-            times.append(t)
-        t_torch.append(torch_time(model, inputs, cfg.repetitions * 4))
+            times += module_times(tools, vmfb, in_paths, cfg)
+        t_torch += torch_times(model, inputs, cfg)
     if same:
         t_tuned = t_def  # nothing was tuned: the tuned module is the default one
-    return EndToEnd(statistics.median(t_torch), statistics.median(t_def),
-                    statistics.median(t_tuned), tuple(sorted(applied)), max_err)
+    return EndToEnd(lower_quartile(t_torch), lower_quartile(t_def),
+                    lower_quartile(t_tuned), tuple(sorted(applied)), max_err)

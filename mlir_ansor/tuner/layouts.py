@@ -18,7 +18,6 @@ ones it removes, and the end-to-end check has the last word.
 from __future__ import annotations
 
 import json
-import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackS
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.e2e import compile_model
-from mlir_ansor.tuner.measure import MeasureConfig, median_time
+from mlir_ansor.tuner.measure import MeasureConfig, benchmark, lower_quartile
 from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
 
@@ -78,11 +77,11 @@ def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: 
     times: list[list[float]] = [[], []]
     for r in range(rounds):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            t = median_time(tools, vmfbs[i], inputs, cfg)
-            if t is None:
+            t, _ = benchmark(tools, vmfbs[i], inputs, cfg)
+            if not t:
                 return ActivationChoice(False, 0.0, None, f"timing {vmfbs[i].name} failed")
-            times[i].append(t)
-    plain, cl = (statistics.median(t) for t in times)
+            times[i] += t
+    plain, cl = (lower_quartile(t) for t in times)
     ok = cl * margin < plain
     return ActivationChoice(ok, plain, cl, "" if ok else "not faster with IREE's defaults")
 
