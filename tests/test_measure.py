@@ -110,7 +110,8 @@ def test_slow_candidates_are_timed_once(mm_measurer):
 
 def test_batch_matmul_with_transposing_consumer_compiles_and_validates(tools, tmp_path):
     """Folding unit dims around a fused, transposing consumer broke handle tracking (8 of 8
-    programs failed to compile on BERT's attention); such programs must stay valid."""
+    programs failed to compile on BERT's attention) until the consumer was vectorized
+    before the fold; such programs must stay valid."""
     text = (DATA / "bmm_transposing_consumer_flow.mlir").read_text()
     task = [t for t in extract_tasks(text) if t.tunable][0]
     m = M.TaskMeasurer(task, tmp_path, tools, M.MeasureConfig(repetitions=1, min_time_s=0.01))

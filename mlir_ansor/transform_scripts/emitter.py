@@ -275,6 +275,9 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         workgroups_on_anchor(tb, func, h, ops, plan)
         dedupe_fused(h, ops, plan.anchor)
 
+        # Gathers (tensor.extract at computed indices) stay scalar: vectorized they become
+        # n-D vector.gather ops the LLVM lowering rejects for most tile shapes.
+        gathers = {o.name for o in ops if o.gathers}
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
         extra_loops: list[ir.Value] = []  # partial-sum loops of row reductions (hoisted)
@@ -342,22 +345,24 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
                 h[root.name] = (transform.structured.DecomposeOp(named).result
                                 if kind == "conv2d" else named)
-            elif kind == "fold" or (_batch_contraction(root) and not sk.fuse_consumer):
+            elif kind == "fold" or _batch_contraction(root):
                 # No 1-D kernel for these (3-D, depthwise, grouped): every window loop and
                 # output row is a unit tile here, and folding the unit dims leaves a
                 # contraction (or an elementwise multiply-add) the vectorizer takes.
                 # Batch contractions too: a named batch_matmul vectorized with its unit
                 # batch dim lowers element by element (1x2304x32x288: 13x slower than
-                # IREE's); the fold needs the generic form. Not with a fused consumer: the
-                # fold rewrote a transposing consumer (BERT's attention) beyond what its
-                # handle tracks ("tracking listener failed to find replacement op").
+                # IREE's); the fold needs the generic form. The other ops are vectorized
+                # first: folded, a transposing consumer (BERT's attention) was rewritten
+                # beyond what its handle tracks ("tracking listener failed to find
+                # replacement op"); a handle with no later use is not tracked.
+                for n in vector_ops:
+                    if n != root.name and n not in gathers:
+                        tb.vectorize(h[n])
+                vector_ops = [root.name]
                 if kind != "fold":
                     h[root.name] = structured.GeneralizeOp(h[root.name]).result
                 tb.patterns(func, [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
                                    transform.ApplyCanonicalizationPatternsOp])
-        # Gathers (tensor.extract at computed indices) stay scalar: vectorized they become
-        # n-D vector.gather ops the LLVM lowering rejects for most tile shapes.
-        gathers = {o.name for o in ops if o.gathers}
         for n in vector_ops:
             if n not in gathers:
                 tb.vectorize(h[n])
