@@ -17,3 +17,17 @@ print_strategy(ROW_SUM, 0, seed=4)
 # CHECK-DAG: transform.structured.vectorize %[[MERGE]]
 # CHECK: transform.loop.hoist_loop_invariant_subsets %[[LOOP]]
 # CHECK: transform.apply_patterns.vector.multi_reduction_unrolling lowering_strategy = innerreduction
+
+# A reduction to a scalar (65536 squares summed): no parallel loop for workgroups, so the
+# reduction becomes one partial result in a one-workgroup forall (mapped to blocks),
+# merged after it; inside, the same rfactor into vector lanes.
+print_strategy(payload("sum_squares_65536"), 0, seed=0)
+# CHECK: // sketch: AddRfactor
+# CHECK-NOT: transform.structured.tile_using_forall
+# CHECK: %[[FINIT:.*]], %[[FPART:.*]], %[[FMERGE:.*]], %[[FORALL:.*]] = transform.structured.tile_reduction_using_forall %{{.*}} by num_threads = [1] mapping = [#gpu.block<x>]
+# CHECK-NEXT: transform.iree.populate_workgroup_count_region_using_num_threads_slice %[[FORALL]]
+# CHECK: transform.structured.tile_using_for %[[FPART]]
+# CHECK: transform.structured.tile_reduction_using_for
+# CHECK-DAG: transform.structured.vectorize %[[FINIT]]
+# CHECK-DAG: transform.structured.vectorize %[[FMERGE]]
+# CHECK: transform.iree.forall_to_workgroup

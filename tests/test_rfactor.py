@@ -6,7 +6,7 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from tests.conftest import MATMUL, ROW_SUM, linalg_func, ops_of, prepared_measurer
+from tests.conftest import DATA, MATMUL, ROW_SUM, linalg_func, ops_of, prepared_measurer
 
 # 2x2048 . 2048x2: 4 outputs, each a 2048-long dot product.
 THIN_MATMUL = linalg_func("%a: tensor<2x2048xf32>, %b: tensor<2048x2xf32>", "tensor<2x2xf32>", """
@@ -66,3 +66,32 @@ def test_rfactor_programs_apply_and_validate(row_sum_measurer):
     progs = [annotate(m.task.ops, rf[0], rng) for _ in range(6)]
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 6, [r.error for r in recs]
+
+
+SUM_SQUARES = (DATA / "sum_squares_65536.mlir").read_text()
+
+
+def test_a_reduction_to_a_scalar_gets_rfactor_only():
+    """No parallel loop: (1) rfactor (without partial sums the whole reduction would be
+    one vector)."""
+    _, sks = _sketches(SUM_SQUARES)
+    assert [s.name for s in sks] == ["AddRfactor"]
+
+
+def test_scalar_reductions_are_tuned_on_cpu_only():
+    from mlir_ansor.tuner.tasks import Task, _analyzed
+
+    task = Task("t0", "main_dispatch_0", "k", 1, SUM_SQUARES, "", (), ())
+    assert _analyzed(task, SUM_SQUARES).tunable
+    cuda = _analyzed(task, SUM_SQUARES, "cuda")
+    assert not cuda.tunable and "full reduction to a scalar" in cuda.skip_reason
+
+
+def test_scalar_reduction_programs_apply_and_validate(tools, tmp_path):
+    """One partial result in a one-workgroup forall, merged after it."""
+    m = prepared_measurer(tools, tmp_path, SUM_SQUARES)
+    assert m.task.tunable, m.task.skip_reason
+    rng = random.Random(2)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(4)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 4, [r.error for r in recs]

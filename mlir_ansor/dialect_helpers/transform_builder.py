@@ -51,6 +51,20 @@ class TB:
             operands=[forall])
         return op.results[0], forall
 
+    def reduction_forall(self, target: ir.Value, num_threads: Sequence[int]
+                         ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+        """Tile reduction loops into `num_threads` partial results, one per workgroup of an
+        scf.forall: (init fill, partial op, merging op, forall)."""
+        mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])
+        op = structured.TileReductionUsingForallOp([any_op()], any_op(), any_op(), any_op(),
+                                                   target, num_threads=list(num_threads),
+                                                   mapping=mapping)
+        forall = op.results[3]
+        ir.Operation.create(
+            "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
+            operands=[forall])
+        return tuple(op.results)
+
     def fuse_into(self, producer: ir.Value, containing: ir.Value) -> tuple[ir.Value, ir.Value]:
         op = structured.FuseIntoContainingOp(any_op(), any_op(), producer, containing)
         return op.results[0], op.results[1]

@@ -252,6 +252,22 @@ def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
     tb.cse(func)
 
 
+def one_workgroup_reduction(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
+                            ops: Sequence[OpInfo], plan: _Plan) -> list[ir.Value]:
+    """S0 of a full reduction to a scalar (a task of only its init and the reduction): no
+    parallel loop to give workgroups, and IREE needs an scf.forall to map. The reduction
+    becomes one partial result in a one-workgroup forall, merged after it: with a single
+    workgroup, code after the forall runs once and after it. Returns the ops outside the
+    forall (the partial result's init, the merge, the scalar's init) to vectorize."""
+    anchor = plan.anchor
+    first = anchor.reduction_dims[0]
+    init, h[anchor.name], merge, _ = tb.reduction_forall(
+        h[anchor.name], [1 if l == first else 0 for l in range(len(anchor.extents))])
+    tb.patterns(func, tbm.tiling_cleanup())
+    tb.cse(func)
+    return [init, merge] + [h[o.name] for o in ops if o is not anchor]
+
+
 def dedupe_fused(h: dict[str, ir.Value], ops: Sequence[OpInfo], anchor: OpInfo) -> None:
     """A producer with several uses is fused once per use (and its own producers once per
     copy); CSE merges the copies, so a handle may name one op twice: dedupe them."""
@@ -271,19 +287,23 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     with ir.InsertionPoint(seq.body):
         func, h = payload_handles(tb, seq.bodyTarget, ops)
 
-        # S0: workgroups on the anchor, every producer fused in (consumers first).
-        workgroups_on_anchor(tb, func, h, ops, plan)
-        dedupe_fused(h, ops, plan.anchor)
-
         # Gathers (tensor.extract at computed indices) stay scalar: vectorized they become
         # n-D vector.gather ops the LLVM lowering rejects for most tile shapes.
         gathers = {o.name for o in ops if o.gathers}
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
+        # S0: workgroups on the anchor, every producer fused in (consumers first).
+        if plan.anchor.parallel_dims:
+            workgroups_on_anchor(tb, func, h, ops, plan)
+            dedupe_fused(h, ops, plan.anchor)
+        else:
+            extra_vector += one_workgroup_reduction(tb, func, h, ops, plan)
         extra_loops: list[ir.Value] = []  # partial-sum loops of row reductions (hoisted)
         r1_loops: list[ir.Value] = []
         root = plan.root
-        if root is None:
+        if root is None and not plan.anchor.parallel_dims:
+            vector_ops.append(plan.anchor.name)  # a scalar result: no rows to tile
+        elif root is None:
             shape = plan.tile_shape(0)
             for o in ops:
                 if o.is_linalg:
@@ -335,7 +355,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 r1_loops = r1_loops + ([loop_h] if red[last] > vec[last] else [])
             vector_ops.append(root.name)
             for o in ops:
-                if o is not root and o.is_linalg:
+                if o is not root and o.is_linalg and o.output.shape:
                     extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
                     vector_ops.append(o.name)
             kind = conv_kind(root)

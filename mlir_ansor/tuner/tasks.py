@@ -125,9 +125,15 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     if not any(o.is_linalg for o in ops):
         why = "no linalg op (a copy): left to IREE"
     elif not ops[-1].parallel_dims:
-        # No parallel loop to give workgroups: IREE 3.13 crashes on a strategy without an
-        # scf.forall, and one workgroup is all a scalar reduction gets anyway.
-        why = "a full reduction to a scalar: left to IREE"
+        # No parallel loop to give workgroups. On llvm-cpu a lone reduction (after its
+        # init) runs in a one-workgroup forall (emitter.one_workgroup_reduction); anything
+        # else has nothing to tile.
+        if not ops[-1].reduction_dims:
+            why = "a scalar op: left to IREE"
+        elif target != "llvm-cpu":
+            why = f"a full reduction to a scalar: left to IREE on {target}"
+        elif any(o.op_name != "linalg.fill" for o in ops[:-1]):
+            why = "a full reduction to a scalar with other ops: left to IREE"
     elif not sketches:
         why = "no sketch (several outputs): left to IREE"
     return replace(task, ops=ops, sketches=sketches, skip_reason=why)

@@ -10,14 +10,16 @@ from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
 class AddRfactor:
     """Rule 6: a reduction with a small parallel space and a long reduction accumulates
     into `v` independent partial sums (a new parallel loop the vectorizer maps to lanes),
-    merged once at the end. The sketches without rfactor are kept too."""
+    merged once at the end. The sketches without rfactor are kept too, except for a
+    reduction to a scalar: with no parallel loop, partial sums are all there is to split
+    (without them the whole reduction would be one vector)."""
 
     name = "AddRfactor"
 
     def condition(self, ops: Sequence[OpInfo], state: State) -> Decision:
         op = ops[state.index]
         if op.is_linalg and not state.sketch.root and has_more_reduction_parallel(op):
-            return Decision.APPLY
+            return Decision.APPLY if op.parallel_dims else Decision.APPLY_AND_SKIP_REST
         return Decision.SKIP
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
