@@ -39,17 +39,21 @@ class TB:
     def registered_pass(self, target: ir.Value, name: str) -> ir.Value:
         return transform.ApplyRegisteredPassOp(any_op(), target, name).result
 
+    @staticmethod
+    def _count_workgroups(forall: ir.Value) -> None:
+        """IREE's workgroup count for the dispatch comes from this workgroup forall."""
+        ir.Operation.create(
+            "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
+            operands=[forall])
+
     def tile_forall(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, ir.Value]:
         k = _nonzero(sizes)
         dims = ["z", "y", "x"][3 - k:]
         mapping = ir.ArrayAttr.get([ir.Attribute.parse(f"#gpu.block<{d}>") for d in dims])
         op = structured.TileUsingForallOp(any_op(), any_op(), target, tile_sizes=list(sizes),
                                           mapping=mapping)
-        forall = op.results[1]
-        ir.Operation.create(
-            "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
-            operands=[forall])
-        return op.results[0], forall
+        self._count_workgroups(op.results[1])
+        return op.results[0], op.results[1]
 
     def reduction_forall(self, target: ir.Value, num_threads: Sequence[int]
                          ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
@@ -59,10 +63,7 @@ class TB:
         op = structured.TileReductionUsingForallOp([any_op()], any_op(), any_op(), any_op(),
                                                    target, num_threads=list(num_threads),
                                                    mapping=mapping)
-        forall = op.results[3]
-        ir.Operation.create(
-            "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
-            operands=[forall])
+        self._count_workgroups(op.results[3])
         return tuple(op.results)
 
     def fuse_into(self, producer: ir.Value, containing: ir.Value) -> tuple[ir.Value, ir.Value]:

@@ -355,6 +355,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 r1_loops = r1_loops + ([loop_h] if red[last] > vec[last] else [])
             vector_ops.append(root.name)
             for o in ops:
+                # (A scalar op, the init of a reduction to a scalar, stays outside the
+                # forall: one_workgroup_reduction hands it over to vectorize.)
                 if o is not root and o.is_linalg and o.output.shape:
                     extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
                     vector_ops.append(o.name)

@@ -27,8 +27,8 @@ from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.errors import CompileError
-from mlir_ansor.tuner.e2e import compile_model
-from mlir_ansor.tuner.measure import MeasureConfig, benchmark, lower_quartile
+from mlir_ansor.tuner.e2e import compile_model, module_times
+from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
 
@@ -77,10 +77,10 @@ def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: 
     times: list[list[float]] = [[], []]
     for r in range(rounds):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            t, _ = benchmark(tools, vmfbs[i], inputs, cfg)
-            if not t:
+            try:
+                times[i] += module_times(tools, vmfbs[i], inputs, cfg)
+            except CompileError:
                 return ActivationChoice(False, 0.0, None, f"timing {vmfbs[i].name} failed")
-            times[i] += t
     plain, cl = (lower_quartile(t) for t in times)
     ok = cl * margin < plain
     return ActivationChoice(ok, plain, cl, "" if ok else "not faster with IREE's defaults")
