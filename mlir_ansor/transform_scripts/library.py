@@ -19,6 +19,12 @@ from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
 from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
+from mlir_ansor.tuner.records import environment
+
+# Module attribute naming the IREE that made the library ("3.13.0 (revision)"): a newer IREE
+# may not parse it, and this says which one did. IREE 3.13 accepts it (verified with
+# iree-compile: discardable attributes of an unregistered namespace are kept as they are).
+IREE_VERSION_ATTR = "mlir_ansor.iree_version"
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,7 @@ def build_library(entries: Sequence[TunedEntry]) -> ir.Module:
     """The whole library (strategies, matchers, actions, `@__kernel_config`). Needs a context."""
     module = ir.Module.create()
     module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+    module.operation.attributes[IREE_VERSION_ATTR] = ir.StringAttr.get(environment()["iree"])
     with ir.InsertionPoint(module.body):
         for e in entries:
             build = build_gpu_strategy if e.program.sketch.gpu else build_strategy

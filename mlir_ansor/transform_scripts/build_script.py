@@ -1,0 +1,115 @@
+"""`build.sh` of a tuning output folder: rebuilds the tuned module with stock `iree-compile`.
+
+    ./build.sh OUTPUT.vmfb [extra iree-compile flags]
+
+It compiles the folder's `model_tuned.mlir` the way the tuner does (`e2e.compile_model`):
+up to global optimization without the library, then the rest single-threaded with it (in
+one step, or with threads, IREE 3.13 can deadlock on the library's loading lock). A library
+that IREE cannot parse (e.g. a newer IREE) only makes it warn and build its default codegen
+with exit status 0, so the script checks IREE's configuration dump: every `strategy_*` the
+library defines must appear as `codegen_spec = @strategy_...`, or the build fails and leaves
+no OUTPUT behind. Without a library (nothing beat IREE's default) it builds the model as is.
+"""
+from __future__ import annotations
+
+import shlex
+import stat
+from pathlib import Path
+from typing import Sequence
+
+BUILD_SCRIPT = "build.sh"
+
+# The script's body; @TARGET_FLAGS@, @MODEL@ and @LIBRARY@ are filled in (shell-quoted).
+_TEMPLATE = r"""#!/usr/bin/env bash
+# Builds the tuned module of this folder with stock iree-compile (written by mlir-ansor).
+#   ./build.sh OUTPUT.vmfb [extra iree-compile flags]
+# iree-compile: $IREE_COMPILE when set, else the one on PATH. The extra flags go to every
+# iree-compile call, after the target flags below (the last occurrence of a flag wins).
+set -eu
+
+usage="usage: $0 OUTPUT.vmfb [extra iree-compile flags]"
+if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+  echo "$usage" >&2
+  exit 2
+fi
+out=$1
+shift
+
+here=$(cd "$(dirname "$0")" && pwd)
+model="$here/"@MODEL@
+library="$here/"@LIBRARY@
+# The target the strategies were tuned for.
+target_flags=(@TARGET_FLAGS@)
+
+compiler=${IREE_COMPILE:-}
+if [ -z "$compiler" ]; then
+  compiler=$(command -v iree-compile || true)
+fi
+if [ -z "$compiler" ]; then
+  echo "build.sh: iree-compile not found: set IREE_COMPILE or put iree-compile on PATH" >&2
+  exit 2
+fi
+if [ ! -f "$model" ]; then
+  echo "build.sh: model not found: $model" >&2
+  exit 2
+fi
+
+rm -f "$out"  # a failed build must not leave an older module looking like its result
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -f "$library" ]; then
+  # No tuned library: nothing beat IREE's default codegen.
+  "$compiler" "$model" "${target_flags[@]}" "$@" -o "$out"
+  exit 0
+fi
+
+# The strategies to check are read from the library at build time, not fixed when this
+# script was written: a library replaced later (e.g. by a merged one) is checked against
+# what it defines. grep, not a parser, so that a library IREE cannot parse still names
+# its strategies here; a library left with none is an error of its own.
+expected=$(grep -oE 'named_sequence @strategy_[A-Za-z0-9_$.]+' "$library" |
+  sed 's/.*@//' | LC_ALL=C sort -u || true)
+if [ -z "$expected" ]; then
+  echo "build.sh: $library defines no strategy_* sequence (not a tuned library?)" >&2
+  exit 1
+fi
+
+"$compiler" "$model" "${target_flags[@]}" "$@" --compile-to=global-optimization \
+  -o "$tmp/global_opt.mlir"
+"$compiler" "$tmp/global_opt.mlir" "${target_flags[@]}" "$@" \
+  --compile-from=global-optimization --mlir-disable-threading \
+  --iree-codegen-transform-dialect-library="$library" \
+  --iree-hal-dump-executable-configurations-to="$tmp/configs" -o "$tmp/module.vmfb"
+
+applied=$(cat "$tmp"/configs/*.mlir 2>/dev/null |
+  grep -oE 'codegen_spec = @[A-Za-z0-9_$.]+' | sed 's/.*@//' | LC_ALL=C sort -u || true)
+missing=$(LC_ALL=C comm -23 <(echo "$expected") <(echo "$applied") | tr '\n' ' ')
+if [ -n "$missing" ]; then
+  echo "build.sh: tuned strategies not applied: ${missing% }" >&2
+  echo "build.sh: IREE built its default codegen for them (a library it cannot parse, e.g." \
+    "from another IREE version, only gives a warning above; or the model differs from" \
+    "the one tuned); no module written" >&2
+  exit 1
+fi
+mv "$tmp/module.vmfb" "$out"
+echo "build.sh: wrote $out ($(echo "$expected" | wc -l) tuned strategies applied)"
+"""
+
+
+def write_build_script(out_dir: Path, target_flags: Sequence[str],
+                       model_file: str = "model_tuned.mlir",
+                       library_file: str = "tuned_library.mlir") -> Path:
+    """Write an executable `build.sh` into `out_dir`. `model_file` and `library_file` are
+    relative to `out_dir` (e.g. "../tuned_library.mlir" for one model of several tuned
+    together); `target_flags` are the iree-compile flags of the tuned target."""
+    for f in (model_file, library_file):
+        if Path(f).is_absolute():
+            raise ValueError(f"build.sh paths are relative to its folder, got {f}")
+    text = (_TEMPLATE.replace("@TARGET_FLAGS@", " ".join(shlex.quote(f) for f in target_flags))
+            .replace("@MODEL@", shlex.quote(model_file))
+            .replace("@LIBRARY@", shlex.quote(library_file)))
+    path = Path(out_dir) / BUILD_SCRIPT
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
