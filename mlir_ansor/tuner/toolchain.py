@@ -11,13 +11,7 @@ from pathlib import Path
 import iree.compiler
 import iree.runtime
 
-TARGET_FLAGS = {
-    "llvm-cpu": ("--iree-hal-target-device=local",
-                 "--iree-hal-local-target-device-backends=llvm-cpu",
-                 "--iree-llvmcpu-target-cpu=host"),
-    # PTX without a GPU or the CUDA toolkit (running needs a GPU machine).
-    "cuda": ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"),
-}
+from mlir_ansor.targets import get_target
 
 
 def _tool(pkg_dir: Path, name: str) -> str:
@@ -45,9 +39,9 @@ class Toolchain:
 
 
 def target_flags(target: str) -> tuple[str, ...]:
-    if target not in TARGET_FLAGS:
-        raise ValueError(f"unknown target '{target}' (supported: {', '.join(TARGET_FLAGS)})")
-    return TARGET_FLAGS[target]
+    """iree-compile flags of a target name or target file (see mlir_ansor.targets); an
+    unknown one raises TargetError (a ValueError) naming it and the supported ones."""
+    return get_target(target).compile_flags()
 
 
 @dataclass(frozen=True)
