@@ -1,47 +1,41 @@
 """1024^3 f32 matmul: IREE default vs data tiling vs tuned vs torch vs numpy.
 
-Tunes with the chosen policy (default: evolutionary search with the cost model), or reuses
-the records of `tools/tuning_curve.py` (--records). The top 3 programs are re-timed side by
-side and the best one is compiled into the model. All five are then timed side by side in
-one run (interleaved rounds, medians) and printed as GFLOP/s, ratios over IREE's default
-and fractions of this machine's peak (measured with tools/peak_gflops.c when gcc is there).
+Tunes the bundled `matmul_1024` with `python -m mlir_ansor.tune` (its search, its final
+re-timing of the top programs and its end-to-end check) under OUT/tune, optionally reusing
+the records of `tools/tuning_curve.py` runs (--records). Then builds IREE's default, IREE's
+data tiling and the tuned module, and times the five side by side (interleaved rounds,
+lower quartile of all repetitions), printed as GFLOP/s, ratios over IREE's default and
+shares of this machine's peak (measured with tools/peak_gflops.c when gcc is there).
+
+Nothing is timed unchecked (tools/module_check.py): every module must compile with exit 0,
+the tuned one must show its strategies applied in IREE's configuration dump, and every
+module, torch and numpy must match a float64 reference. A failure prints a FAILED line and
+its row is left out. Everything is written under --out (default bench_out/matmul, ignored
+by git).
+
+  python tools/bench_matmul.py --trials 300
+  python tools/bench_matmul.py --trials 0 --records bench_out/curves/matmul/evolution/records.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from mlir_ansor.transform_scripts.library import TunedEntry, library_text
-from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer, benchmark, compile_module
-from mlir_ansor.tuner.records import RecordStore, top_programs
-from mlir_ansor.tuner.policies import POLICIES
-from mlir_ansor.tuner.search import SearchConfig, round_robin
-from mlir_ansor.tuner.tasks import flow_source, extract_tasks
-from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.examples import matmul_1024
+from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_times
+from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
+from mlir_ansor.tuner.toolchain import Toolchain
+from module_check import (Built, CheckFailed, check_outputs, checked, report_failure,
+                          run_tuner)
 
 N = 1024
 FLOP = 2 * N ** 3
-
-
-def host_time(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def peak_gflops(out: Path) -> float | None:
@@ -60,81 +54,91 @@ def peak_gflops(out: Path) -> float | None:
     return float(run.stdout.strip()) if run.returncode == 0 else None
 
 
+def tune_args(args: argparse.Namespace, tune_dir: Path) -> list[str]:
+    out = ["matmul_1024", "--trials", str(args.trials), "--policy", args.policy, "--batch",
+           str(args.batch), "--out", str(tune_dir)]
+    for f in args.records:  # one flag per file: the CLI's --reuse takes one file each time
+        out += ["--reuse", str(f)]
+    return out
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("bench_out/matmul"))
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--policy", choices=sorted(POLICIES), default="evolution")
-    ap.add_argument("--records", type=Path, nargs="*", default=[],
-                    help="extra records files to take programs from (e.g. a tuning-curve run)")
+    ap.add_argument("--batch", type=int, default=16, help="programs per round")
+    ap.add_argument("--policy", choices=["evolution", "random"], default="evolution")
+    ap.add_argument("--records", type=Path, action="append", default=[], metavar="RECORDS",
+                    help="a records file to take programs from (e.g. a tuning-curve run); "
+                         "repeatable")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    tune_dir = args.out / "tune"
+    rc, last = run_tuner(tune_args(args, tune_dir))
+    if rc != 0:
+        report_failure(f"tuned: the tuner exited with {rc}: {last}")
+        return 1
     tools, cfg = Toolchain.find(), MeasureConfig()
     model, inputs = matmul_1024()
-    model_mlir = args.out / "model.mlir"
-    model_mlir.write_text(import_model(model, inputs))
-    task = [t for t in extract_tasks(flow_source(model_mlir, "llvm-cpu", tools, 300))
-            if t.tunable][0]
-    m = TaskMeasurer(task, args.out / "tasks", tools, cfg)
-    m.prepare()
-    store = RecordStore(args.out / "records.jsonl")
-    records = store.load()
-    done = sum(1 for r in records if r.task_key == task.key)
-    round_robin([task], {task.key: m}, store,
-                SearchConfig(trials=max(0, args.trials - done), batch=16), records,
-                lambda t, r: print(f"\r{len(records)} trials", end="", flush=True),
-                POLICIES[args.policy])
-    print()
-    for extra in args.records:
-        records += [r for r in RecordStore(extra).load() if r.task_key == task.key]
-    ok = [r for r in records if r.task_key == task.key and r.ok and
-          r.to_program().sketch in task.sketches]
-    top = top_programs(ok, task.key, 3)
-    res = m.remeasure(top)
-    if res is None or all(t is None for t in res[1]):
-        print("no valid tuned program", file=sys.stderr)
-        return 1
-    best_t, best = min(((t, p) for t, p in zip(res[1], top) if t is not None),
-                       key=lambda x: x[0])
-    lib = args.out / "tuned_library.mlir"
-    lib.write_text(library_text([TunedEntry(task.task_id, task.task_mlir, task.ops, best,
-                                            task.view_mlir)]))
-    vmfbs = {"IREE default": args.out / "default.vmfb", "IREE data tiling": args.out / "dt.vmfb",
-             "tuned": args.out / "tuned.vmfb"}
-    compile_module(tools, model_mlir, vmfbs["IREE default"], cfg)
-    compile_module(tools, model_mlir, vmfbs["IREE data tiling"], cfg,
-                   extra=["--iree-dispatch-creation-data-tiling"])
-    compile_module(tools, model_mlir, vmfbs["tuned"], cfg, lib)
-    in_paths = []
-    for i, x in enumerate(inputs):
-        p = args.out / f"in{i}.npy"
-        np.save(p, x.numpy())
-        in_paths.append(p)
-    torch.set_num_threads(2)
     a, b = (x.numpy() for x in inputs)
-    times: dict[str, list[float]] = {k: [] for k in [*vmfbs, "torch eager (2 threads)", "numpy"]}
-    for _ in range(args.rounds):
-        for k, v in vmfbs.items():
-            t, err = benchmark(tools, v, in_paths, cfg)
-            if t is None:
-                print(f"{k}: {err}", file=sys.stderr)
-                return 1
-            times[k].append(statistics.median(t))
-        times["torch eager (2 threads)"].append(host_time(lambda: model(*inputs), 10))
-        times["numpy"].append(host_time(lambda: a @ b, 10))
-    base = statistics.median(times["IREE default"])
+    ref = [a.astype(np.float64) @ b.astype(np.float64)]
+    magnitude = [np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)]
+    in_paths = save_inputs(inputs, args.out / "inputs")
+    src = tune_dir / "model.mlir"
+    builds = args.out / "modules"
+    candidates = [("IREE default", src, None, ()),
+                  ("IREE data tiling", src, None, ("--iree-dispatch-creation-data-tiling",))]
+    library = tune_dir / "tuned_library.mlir"
+    if library.exists():
+        tuned_src = tune_dir / "model_tuned.mlir"  # with any packed weights
+        candidates.append(("tuned", tuned_src if tuned_src.exists() else src, library, ()))
+    else:
+        print("tuned: no strategy beat IREE's default by the tuner's margin; the tuned "
+              "module would be IREE's default (no row)")
+    modules: dict[str, Built] = {}
+    failed: list[str] = []
+    for label, path, lib, extra in candidates:
+        built = checked(tools, cfg, label, path, builds, in_paths, ref, magnitude, lib, extra)
+        if built is None:
+            failed.append(label)
+        else:
+            modules[label] = built
+    if "IREE default" not in modules:
+        report_failure("IREE default is the baseline of every ratio; nothing timed")
+        return 1
+    host = {"torch eager (2 threads)": (model, inputs), "numpy": (np.matmul, (a, b))}
+    for label, (fn, xs) in list(host.items()):
+        try:
+            check_outputs(label, [np.asarray(fn(*xs))], ref, magnitude, cfg)
+        except CheckFailed as e:
+            report_failure(str(e))
+            failed.append(label)
+            del host[label]
+    times: dict[str, list[float]] = {k: [] for k in [*modules, *host]}
+    for r in range(args.rounds):
+        order = list(modules.items())
+        for label, built in (order if r % 2 == 0 else order[::-1]):  # drift cancels
+            times[label] += module_times(tools, built.vmfb, in_paths, cfg)
+        for label, (fn, xs) in host.items():
+            times[label] += torch_times(fn, xs, cfg)
+    base = lower_quartile(times["IREE default"])
     peak = peak_gflops(args.out)
-    print(f"1024^3 f32 matmul, {len(ok)} valid programs recorded, best program {best.key}")
+    applied = sorted(modules["tuned"].applied) if "tuned" in modules else "-"
+    print(f"\n1024^3 f32 matmul, {args.rounds} interleaved rounds (lower quartile of all "
+          f"repetitions); strategies applied in the tuned module: {applied}")
     print(f"machine peak (f32 FMA, {os.cpu_count()} cores, measured): "
           + (f"{peak:.1f} GFLOP/s" if peak else "unknown"))
     print(f"{'':26s} {'ms':>8s} {'GFLOP/s':>8s} {'vs IREE default':>16s} {'of peak':>8s}")
-    for k, v in times.items():
-        t = statistics.median(v)
+    for label, ts in times.items():
+        t = lower_quartile(ts)
         g = FLOP / t / 1e9
         share = f"{100 * g / peak:7.1f}%" if peak else "      -"
-        print(f"{k:26s} {t * 1e3:8.3f} {g:8.1f} {base / t:15.2f}x {share}")
-    return 0
+        print(f"{label:26s} {t * 1e3:8.3f} {g:8.1f} {base / t:15.2f}x {share}")
+    for label in failed:
+        print(f"{label:26s} {'FAILED (see above), not timed':>43s}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

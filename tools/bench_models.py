@@ -1,29 +1,55 @@
 """End-to-end benchmark of bundled models: torch eager (2 threads), IREE default, IREE with
 data tiling, IREE with its channels-last rewrite (models with NCHW convs), and tuned modules,
-timed side by side in one run (interleaved rounds).
+timed side by side in one run (interleaved rounds, lower quartile of all repetitions).
 
   python tools/bench_models.py resnet50 --tuned gradient=runs/r50_gradient
   python tools/bench_models.py resnet50 --compare-schedulers --trials 600 --out runs/sched
 
-`--tuned LABEL=DIR` takes DIR/tuned_library.mlir from an earlier `mlir_ansor.tune` run.
-`--compare-schedulers` first tunes the model twice with the same budget (gradient task
-scheduler and round robin, same seed), then times both tuned modules side by side.
+`--tuned LABEL=DIR` takes DIR/tuned_library.mlir and the handed-back model
+(DIR/model_tuned.mlir, or DIR/<model>/ for a run that tuned several models) from an earlier
+`mlir_ansor.tune` run. `--compare-schedulers` first tunes the model twice with the same
+budget (gradient task scheduler and round robin, same seed), then times both tuned modules
+side by side.
+
+Nothing is timed unchecked (tools/module_check.py): every module must compile with exit 0,
+a tuned module must show in IREE's configuration dump the strategies its run applied to
+this model (report.json; else every strategy of the library), and every module's outputs
+must match torch's. A failure prints a FAILED line and its row is left out; IREE's default
+is the baseline, so its failure stops the benchmark. Everything is written under --out
+(default bench_out/models, ignored by git).
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
 import sys
 from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
                                                           channels_first_convs)
 from mlir_ansor.examples import EXAMPLES
-from mlir_ansor.tuner.e2e import compile_model, module_times, save_inputs, torch_times
+from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_reference, torch_times
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.measure import (MeasureConfig, compile_module, lower_quartile,
-                                      outputs_match, run_outputs)
+from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.toolchain import Toolchain
+from module_check import Built, checked, report_failure, run_tuner
+
+
+def tuned_run(model: str, run_dir: Path, plain_src: Path) -> tuple[Path, Path | None,
+                                                                    list[str] | None]:
+    """(model to compile, library or None, strategies expected applied or None = all of
+    the library's) of an earlier tuner run on `model`."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in model)
+    mdir = run_dir / safe if (run_dir / safe / "model.mlir").exists() else run_dir
+    src = mdir / "model_tuned.mlir"  # with its packed weights / channels-last activations
+    lib = run_dir / "tuned_library.mlir"
+    expected = None
+    report = run_dir / "report.json"
+    if report.exists():
+        e2e = json.loads(report.read_text()).get("e2e", {}).get(model)
+        if e2e is not None:
+            expected = list(e2e["applied"])
+    return (src if src.exists() else plain_src), (lib if lib.exists() else None), expected
 
 
 def main() -> int:
@@ -38,57 +64,59 @@ def main() -> int:
     args = ap.parse_args()
     out = args.out / args.model
     out.mkdir(parents=True, exist_ok=True)
+    bad = [t for t in args.tuned if "=" not in t]
+    if bad:
+        ap.error(f"--tuned takes LABEL=DIR, got {bad}")
     tuned = dict(t.split("=", 1) for t in args.tuned)
     if args.compare_schedulers:
         for sched in ("gradient", "round_robin"):
             run_dir = out / f"tune_{sched}"
-            cmd = [sys.executable, "-m", "mlir_ansor.tune", args.model, "--trials",
-                   str(args.trials), "--scheduler", sched, "--out", str(run_dir)]
-            print("$", " ".join(cmd), flush=True)
-            if subprocess.run(cmd).returncode != 0:
+            rc, last = run_tuner([args.model, "--trials", str(args.trials), "--scheduler",
+                                  sched, "--out", str(run_dir)])
+            if rc != 0:
+                report_failure(f"tuned ({sched}): the tuner exited with {rc}: {last}")
                 return 1
             tuned[f"tuned ({sched})"] = str(run_dir)
     tools, cfg = Toolchain.find(), MeasureConfig()
     model, inputs = EXAMPLES[args.model]()
     src = out / "model.mlir"
     src.write_text(import_model(model, inputs))
-    vmfbs: dict[str, Path] = {"IREE default": out / "default.vmfb",
-                              "IREE data tiling": out / "dt.vmfb"}
-    compile_model(tools, src, vmfbs["IREE default"], cfg, None)
-    anchors = {"IREE data tiling": ["--iree-dispatch-creation-data-tiling"]}
+    in_paths = save_inputs(inputs, out / "inputs")
+    refs, magnitude = torch_reference(model, inputs)
+    # (label, model, library, extra flags, expected strategies)
+    candidates = [("IREE default", src, None, (), None),
+                  ("IREE data tiling", src, None, ("--iree-dispatch-creation-data-tiling",),
+                   None)]
     if channels_first_convs(src.read_text()):
         # IREE's own channels-last rewrite with its default codegen (what our tuner starts
         # from when it picks that layout): separates the layout's gain from the tuning's.
-        vmfbs["IREE channels-last"] = out / "cl.vmfb"
-        anchors["IREE channels-last"] = [CHANNELS_LAST_FLAG]
-    for label, flags in anchors.items():
-        res = compile_module(tools, src, vmfbs[label], cfg, extra=flags,
-                             timeout_s=cfg.model_compile_timeout_s)
-        if res.returncode != 0:
-            print(f"{label} compile failed: {res.stderr[-300:]}", file=sys.stderr)
-            del vmfbs[label]
+        candidates.append(("IREE channels-last", src, None, (CHANNELS_LAST_FLAG,), None))
     for label, d in tuned.items():
-        lib = Path(d) / "tuned_library.mlir"
-        v = out / f"{label.replace(' ', '_').replace('(', '').replace(')', '')}.vmfb"
-        # The run's model with its packed weights (layout rewrite), else the plain one.
-        tsrc = Path(d) / "model_tuned.mlir"
-        applied = compile_model(tools, tsrc if tsrc.exists() else src, v, cfg,
-                                lib if lib.exists() else None)
-        print(f"{label}: {len(applied)} tuned dispatches applied")
-        vmfbs[label] = v
-    in_paths = save_inputs(inputs, out)
-    ref = model(*inputs).detach().numpy()
-    for label, v in vmfbs.items():
-        outs, err = run_outputs(tools, v, in_paths, 1, out, cfg)
-        bad = err or outputs_match(outs, [ref], MeasureConfig())
-        if bad:
-            print(f"{label}: output does not match torch: {bad}", file=sys.stderr)
-            return 1
-    times: dict[str, list[float]] = {k: [] for k in ["torch eager (2 threads)", *vmfbs]}
-    for _ in range(args.rounds):
+        tsrc, lib, expected = tuned_run(args.model, Path(d), src)
+        if lib is None:
+            print(f"{label}: {d} has no tuned library (nothing beat IREE's default): its "
+                  "module is IREE's default of its model")
+        candidates.append((label, tsrc, lib, (), expected))
+    modules: dict[str, Built] = {}
+    failed: list[str] = []
+    for label, path, lib, extra, expected in candidates:
+        built = checked(tools, cfg, label, path, out / "modules", in_paths, refs, magnitude,
+                        lib, extra, expected)
+        if built is None:
+            failed.append(label)
+            continue
+        if lib is not None:
+            print(f"{label}: {len(built.applied)} tuned dispatches applied, outputs match torch")
+        modules[label] = built
+    if "IREE default" not in modules:
+        report_failure("IREE default is the baseline of every ratio; nothing timed")
+        return 1
+    times: dict[str, list[float]] = {k: [] for k in ["torch eager (2 threads)", *modules]}
+    for r in range(args.rounds):
+        order = list(modules.items())
+        for label, built in (order if r % 2 == 0 else order[::-1]):  # drift cancels
+            times[label] += module_times(tools, built.vmfb, in_paths, cfg)
         times["torch eager (2 threads)"] += torch_times(model, inputs, cfg)
-        for label, v in vmfbs.items():
-            times[label] += module_times(tools, v, in_paths, cfg)
     base = lower_quartile(times["IREE default"])
     print(f"\n{args.model}, end to end, {args.rounds} interleaved rounds "
           f"(lower quartile of all repetitions):")
@@ -96,7 +124,9 @@ def main() -> int:
     for label, ts in times.items():
         t = lower_quartile(ts)
         print(f"{label:28s} {t * 1e3:9.3f} {base / t:15.2f}x")
-    return 0
+    for label in failed:
+        print(f"{label:28s} FAILED (see above), not timed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

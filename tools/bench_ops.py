@@ -6,10 +6,15 @@ sampled programs that compiled, were confirmed applied and validated.
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
 
-Each workload is a normal `mlir_ansor.tune` run (policy random) under
-OUT/<workload>; an interrupted benchmark keeps the rows already in OUT/summary.json and
-resumes the rest. Prints one row per workload, then the geometric means per operator and
-over the suite.
+Each workload is a normal `python -m mlir_ansor.tune` run (policy random) under
+OUT/<workload> (default bench_out/ops, ignored by git); an interrupted benchmark keeps the
+rows already in OUT/summary.json and resumes the rest (failed rows are run again). Its
+latencies are the tuner's own end-to-end step, which times a module only after it compiled,
+showed its strategies applied in IREE's configuration dump and matched torch; this script
+also requires the run's report.json to be fresh and its applied strategies to be exactly
+those of the run's library. A workload that fails prints a FAILED line and is left out of
+the means. Prints one row per workload, then the geometric means per operator and over the
+suite.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from mlir_ansor.examples.operators import OPERATORS, SUITE
-from mlir_ansor.tuner import driver
+from module_check import library_strategies, report_failure, run_tuner
 
 
 def _geomean(xs: list[float]) -> float:
@@ -29,16 +34,31 @@ def _geomean(xs: list[float]) -> float:
 
 
 def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
-    res = driver.run(driver.TuneOptions(model=name, trials=trials, policy="random",
-                                        out=out / name, seed=seed, batch=8,
-                                        iree_seeds=False))
-    report = json.loads((res.out / "report.json").read_text())
-    e2e = report["e2e"][name]
-    rec_file = res.out / "records.jsonl"  # absent when no task was tunable
+    """One workload's row; a row with "failed" set when the tuner or a check failed."""
+    run_dir = out / name
+    report_file = run_dir / "report.json"
+    report_file.unlink(missing_ok=True)  # only a report this run writes counts
+    row = {"workload": name, "operator": SUITE[name].operator}
+    rc, last = run_tuner([name, "--trials", str(trials), "--policy", "random", "--out",
+                          str(run_dir), "--seed", str(seed), "--batch", "8"])
+    if rc != 0:
+        return {**row, "failed": f"the tuner exited with {rc}: {last}"}
+    # The tuner writes report.json only after its end-to-end step: the tuned module
+    # compiled, the strategies it carries were confirmed applied in IREE's configuration
+    # dump, and its outputs matched torch's.
+    e2e = json.loads(report_file.read_text())["e2e"].get(name)
+    if e2e is None:
+        return {**row, "failed": "report.json has no end-to-end result for it"}
+    library = run_dir / "tuned_library.mlir"
+    want = library_strategies(library) if library.exists() else set()
+    if want != set(e2e["applied"]):
+        return {**row, "failed": f"library strategies {sorted(want)} but the end-to-end "
+                                 f"check applied {sorted(e2e['applied'])}"}
+    rec_file = run_dir / "records.jsonl"  # absent when no task was tunable
     statuses = Counter(json.loads(line)["status"] for line in
                        (rec_file.read_text().splitlines() if rec_file.exists() else ()) if line)
     total = sum(statuses.values())
-    return {"workload": name, "operator": SUITE[name].operator, "trials": total,
+    return {**row, "trials": total,
             "valid": statuses.get("ok", 0) / total if total else 0.0,
             "failures": dict((k, v) for k, v in statuses.items() if k != "ok"),
             "torch_s": e2e["torch_s"], "default_s": e2e["default_s"], "tuned_s": e2e["tuned_s"],
@@ -65,11 +85,13 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown operators {unknown}; choose from {list(OPERATORS)}")
     names = [n for n, w in SUITE.items() if not args.only or w.operator in args.only]
+    args.out.mkdir(parents=True, exist_ok=True)
     summary = args.out / "summary.json"
     done = {r["workload"]: r for r in json.loads(summary.read_text())} if summary.exists() else {}
     rows = []
     for name in names:
-        if name in done and done[name]["trials"] >= min(args.trials, 1):
+        if name in done and "failed" not in done[name] and \
+                done[name]["trials"] >= min(args.trials, 1):
             rows.append(done[name])  # measured by an earlier, interrupted run
             continue
         print(f"=== {name}", flush=True)
@@ -85,6 +107,10 @@ def main() -> int:
            f"{'tuned ms':>9s} {'tuned/IREE':>10s} {'back/IREE':>9s} {'back/torch':>10s}  "
            "failures")
     print(hdr)
+    failed = [r for r in rows if "failed" in r]
+    for r in failed:
+        report_failure(f"{r['workload']}: {r['failed']}")
+    rows = [r for r in rows if "failed" not in r]  # never timed as if valid
     for r in rows:
         valid = f"{100 * r['valid']:5.1f}%" if r["trials"] else "    - "
         print(f"{r['workload']:15s} {r['trials']:6d} {valid} "
@@ -102,7 +128,10 @@ def main() -> int:
         print(f"{op:10s} {valid} {_geomean([r['default_s'] / r['tuned_s'] for r in rs]):9.2f}x "
               f"{_geomean([r['default_s'] / delivered_s(r) for r in rs]):8.2f}x "
               f"{_geomean([r['torch_s'] / delivered_s(r) for r in rs]):9.2f}x")
-    return 0
+    if failed:
+        print(f"{len(failed)} workloads failed and are left out of the means: "
+              f"{[r['workload'] for r in failed]}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

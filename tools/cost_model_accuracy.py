@@ -4,6 +4,10 @@ Uses the records of `tools/tuning_curve.py` (random and evolution runs pooled). 
 cross validation: the model is trained on 4/5 of the programs and scored on the rest.
 
   python tools/cost_model_accuracy.py [--out bench_out/curves] [--k 30]
+
+It times nothing: the throughputs it ranks are those of the curve records, each checked
+by the measurer (compiled, strategy applied, output matched) or recorded as a failure.
+It writes only what `tuning_curve.prepare` writes under --out (ignored by git).
 """
 from __future__ import annotations
 

@@ -8,6 +8,13 @@ writes curves.png.
   python tools/tuning_curve.py --workload matmul --policy random --trials 1000
   python tools/tuning_curve.py --workload matmul --policy evolution --trials 300
   python tools/tuning_curve.py --report
+
+Only measurements the tuner's measurer accepted enter a curve (`Record.ok`): the candidate
+compiled with exit 0, IREE's configuration dump showed its strategy applied, and its
+outputs matched IREE's default build of the task on random inputs. The IREE default line
+is that reference build, timed. Everything is written under --out (default
+bench_out/curves, ignored by git). Relies on tuner.measure's TaskMeasurer (prepare,
+time_default, the measurer round_robin drives) and tuner.search.round_robin.
 """
 from __future__ import annotations
 
