@@ -93,3 +93,21 @@ def prepared_measurer(tools: Toolchain, workdir: Path, payload: str) -> TaskMeas
     m = TaskMeasurer(task, workdir / "tasks", tools, MeasureConfig(repetitions=2, min_time_s=0.01))
     m.prepare()
     return m
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "injects_internal_error: the test provokes an internal "
+                            "error on purpose")
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_internal_errors(request):
+    """Any internal error (a bug of ours caught so the search goes on) fails the test that
+    caused it, unless the test injects it on purpose."""
+    from mlir_ansor.tuner.status import INTERNAL_ERRORS
+
+    before = len(INTERNAL_ERRORS)
+    yield
+    new = INTERNAL_ERRORS[before:]
+    if new and request.node.get_closest_marker("injects_internal_error") is None:
+        pytest.fail(f"internal errors during the test: {new}")

@@ -6,7 +6,9 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner.status import INTERNAL_ERRORS, Status
 from mlir_ansor.tuner.tasks import extract_tasks
+from mlir_ansor.tuner.validation import outputs_match
 from tests.conftest import DATA, MATMUL, prepared_measurer
 
 
@@ -43,22 +45,47 @@ def test_unparsable_strategy_is_a_failure(mm_measurer, monkeypatch):
 
 def test_strategy_that_fails_to_apply_is_a_failure(mm_measurer, monkeypatch):
     # A program naming a loop structure the payload does not have fails inside the
-    # strategy (split_handle count mismatch) and must be recorded as a compile error.
+    # strategy (split_handle count mismatch) and must be recorded as a compile error, with
+    # IREE's message: the emitter itself ran fine.
     task = mm_measurer.task
     bad_ops = task.ops + task.ops[-1:]
     real = M.TunedEntry
 
-    def bad_entry(task_id, mlir, ops, program):
-        return real(task_id, mlir, bad_ops, program)
+    def bad_entry(task_id, task_mlir, ops, program, view_mlir=""):
+        return real(task_id, task_mlir, bad_ops, program, view_mlir)
 
     monkeypatch.setattr(M, "TunedEntry", bad_entry)
+    before = len(INTERNAL_ERRORS)
     recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=6))
-    assert recs[0].status == "compile_error" and recs[0].latency_s is None
+    assert recs[0].status == Status.COMPILE_ERROR and recs[0].latency_s is None
+    assert "split_handle" in recs[0].error or "expected" in recs[0].error, recs[0].error
+    assert len(INTERNAL_ERRORS) == before
 
 
-def test_wrong_answer_is_rejected(mm_measurer):
+@pytest.mark.injects_internal_error
+def test_an_emitter_that_raises_is_an_internal_error(mm_measurer, monkeypatch):
+    # A bug of ours is never a compile error of the candidate: it is recorded as an
+    # internal error, counted, and the search goes on with the other programs.
+    def broken(entries):
+        raise KeyError("no such loop")
+
+    progs = _programs(mm_measurer, 2, seed=11)
+    real = M.library_text
+    monkeypatch.setattr(M, "library_text", lambda entries: broken(entries)
+                        if entries[0].program == progs[0] else real(entries))
+    before = len(INTERNAL_ERRORS)
+    mm_measurer.best_s = None
+    recs = mm_measurer.measure(progs)
+    assert recs[0].status == Status.INTERNAL_ERROR and "KeyError" in recs[0].error
+    assert recs[1].status == Status.OK, recs[1].error
+    assert len(INTERNAL_ERRORS) == before + 1
+
+
+def test_wrong_answer_is_rejected(mm_measurer, tmp_path):
     saved = mm_measurer.reference
-    mm_measurer.reference = [r + np.float32(0.5) for r in saved]  # reference disagrees
+    wrong = tmp_path / "wrong.npy"  # the reference disagrees with every candidate
+    np.save(wrong, np.load(saved[0]) + np.float32(0.5))
+    mm_measurer.reference = [wrong]
     try:
         recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=7))
     finally:
@@ -67,10 +94,42 @@ def test_wrong_answer_is_rejected(mm_measurer):
 
 
 def test_outputs_match_tolerance():
-    cfg = M.MeasureConfig()
     a = np.ones((4, 4), np.float32)
-    assert M.outputs_match([a], [a + 1e-6], cfg) == ""
-    assert "max abs error" in M.outputs_match([a], [a + 1.0], cfg)
+    assert outputs_match([a], [a + 1e-6]) == ""
+    assert "elements off" in outputs_match([a], [a + 1.0])
+    assert "2 results, expected 1" in outputs_match([a, a], [a])  # every result compared
+
+
+def test_reordered_reductions_pass_and_wrong_terms_do_not():
+    """The bound follows the magnitude of the computation (sum of |terms|), per element:
+    a reduction summed in another order (rfactor) passes even where it cancels to nearly
+    zero, and one wrong term fails even in an element much smaller than the largest."""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (64, 4096)).astype(np.float32)
+    b = rng.uniform(-1, 1, (4096, 8)).astype(np.float32)
+    ref = a @ b
+    mag = np.abs(a) @ np.abs(b)
+    partial = sum(a[:, k::16] @ b[k::16] for k in range(16)).astype(np.float32)  # 16 lanes
+    assert not np.array_equal(partial, ref)
+    assert outputs_match([partial], [ref], [mag]) == ""
+    wrong = ref.copy()
+    wrong[3, 5] -= a[3, 7] * b[7, 5] + np.float32(0.3)  # a term lost, and more
+    assert "1 of 512 elements off" in outputs_match([wrong], [ref], [mag])
+    scaled = ref.copy()
+    scaled[0, 0] = ref[0, 0] * 1.01 + 0.05  # small element, 1% off: the old global
+    assert "elements off" in outputs_match([scaled], [ref], [mag])  # bound let it pass
+
+
+def test_integer_index_inputs_cover_the_whole_table():
+    from mlir_ansor.tuner.validation import index_bounds, random_inputs
+
+    text = (DATA / "embedding_gather.mlir").read_text()
+    bounds = index_bounds(text)
+    assert bounds == {1: 1000}
+    ids, = [x for x in random_inputs([((64,), np.dtype(np.int64))] * 2, 0, {1: 1000})][1:]
+    assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900  # not just 0/1
+    other = random_inputs([((256,), np.dtype(np.int32))], 0, {})[0]
+    assert other.min() < 0 < other.max()  # signed values
 
 
 def test_template_programs_apply_through_a_tuning_spec(mm_measurer):

@@ -12,9 +12,9 @@ import numpy as np
 
 from mlir_ansor.errors import CompileError, StrategiesNotApplied
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
-                                      compile_module, lower_quartile, outputs_match,
-                                      run_outputs)
+                                      compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
+from mlir_ansor.tuner.validation import outputs_match
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,20 @@ def save_inputs(inputs: tuple, out_dir: Path) -> list[Path]:
     return paths
 
 
+def torch_reference(model, inputs: tuple) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Torch's outputs, and their magnitude bound: the outputs on the absolute values of
+    the float inputs (`validation`)."""
+    import torch
+
+    def outputs(args) -> list[np.ndarray]:
+        with torch.no_grad():
+            out = model(*args)
+        return [o.detach().numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+
+    absolute = [x.abs() if x.is_floating_point() else x for x in inputs]
+    return outputs(inputs), outputs(absolute)
+
+
 def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
     """Torch eager (2 threads) timed like `benchmark` times a module: after `cfg.warmup_s`
     of untimed calls, `cfg.repetitions` repetitions, each the mean of back-to-back calls
@@ -110,12 +124,8 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     earlier step built from it that way) and `tuned_mlir` (default: the same model, else
     e.g. with packed weights) with `library`; check both against torch; time torch and both
     modules side by side."""
-    import torch
-
     in_paths = save_inputs(inputs, out_dir)
-    with torch.no_grad():
-        ref = model(*inputs)
-    refs = [r.detach().numpy() for r in (ref if isinstance(ref, (tuple, list)) else (ref,))]
+    refs, mags = torch_reference(model, inputs)
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
     if prebuilt_default is not None and prebuilt_default.exists():
@@ -136,7 +146,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         outs, err = run_outputs(tools, vmfb, in_paths, len(refs), out_dir, cfg)
         if outs is None:
             raise CompileError(f"running {vmfb.name} failed: {err}")
-        bad = outputs_match(outs, refs, MeasureConfig(rtol=1e-3, atol=1e-3))
+        bad = outputs_match(outs, refs, mags, cfg.model_rtol, cfg.atol)
         if bad:
             raise CompileError(f"{vmfb.name} does not match torch: {bad}")
         max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))

@@ -1,42 +1,57 @@
-"""Measure candidates of one task: compile (isolated, parallel), confirm the strategy was
-applied, validate against the reference output, then time (serially).
+"""Measure candidates of one task: the Builder compiles them (isolated, parallel) and
+confirms the strategy was applied, the Runner validates them against the reference output
+and times them (serially).
 
 A candidate counts only if (1) iree-compile succeeded, (2) the configuration dump shows
 our strategy as the dispatch's codegen_spec (a library that fails to parse makes IREE fall
-back to its default silently), (3) its outputs match the reference.
+back to its default silently), (3) its outputs match the reference (`validation`).
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import statistics
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lowering_config,
                                                       tuning_spec_text)
 from mlir_ansor.tuner import records as rec
-from mlir_ansor.errors import UnsupportedDispatch
-from mlir_ansor.tuner.tasks import Task, random_inputs, with_codegen_view
-from mlir_ansor.tuner.toolchain import Toolchain, run_isolated, target_flags
+from mlir_ansor.tuner.builder import (CONFIG_DUMP_FLAG, Builder, BuildInput, BuildResult,
+                                      LibraryKind, LocalBuilder, applied_strategies,
+                                      emit_and_build, first_error_line)
+from mlir_ansor.tuner.procs import ProcResult, run_isolated
+from mlir_ansor.tuner.runner import LocalRunner, Runner, RunInput, Timing
+from mlir_ansor.tuner.status import Status
+from mlir_ansor.tuner.tasks import Task, parse_tensor_type, with_codegen_view
+from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from mlir_ansor.tuner.validation import absolute, index_bounds, outputs_match, random_inputs
+
+__all__ = ["MeasureConfig", "TaskMeasurer", "applied_strategies", "benchmark",
+           "compile_module", "lower_quartile", "median_time", "outputs_match", "run_outputs"]
 
 
 @dataclass(frozen=True)
 class MeasureConfig:
     target: str = "llvm-cpu"
+    device_kind: str = ""  # the records' key for where timings compare (targets.Target)
     compile_timeout_s: float = 10.0  # one candidate (valid ones take 0.3-3 s)
+    # IREE's default build of a task (reference and baseline): a slow one must not drop
+    # the task as a candidate's timeout would.
+    prepare_timeout_s: float = 600.0
     model_compile_timeout_s: float = 900.0  # a whole model (end-to-end checks)
     run_timeout_s: float = 60.0
     compile_mem_bytes: int = 6 << 30
+    run_mem_bytes: int = 8 << 30
     repetitions: int = 5
     min_time_s: float = 0.05
     # Untimed runs first: the first repetitions of a fresh process run up to 2x slower
@@ -47,24 +62,18 @@ class MeasureConfig:
     # otherwise take most of the tuning time.
     slow_factor: float = 3.0
     parallel_compiles: int = 2
-    rtol: float = 1e-3
-    atol: float = 1e-3
+    rtol: float = 1e-4  # of the per-element magnitude (validation.outputs_match)
+    atol: float = 1e-5
+    model_rtol: float = 1e-3  # whole models against torch (other math implementations)
 
+    def builder(self, tools: Toolchain) -> LocalBuilder:
+        return LocalBuilder(tools.compile, self.parallel_compiles, self.compile_timeout_s,
+                            self.compile_mem_bytes)
 
-def _last_error(stderr: str) -> str:
-    """The first error line of a compiler's stderr (or its tail)."""
-    lines = [line.strip() for line in stderr.splitlines() if "error" in line]
-    return (lines[0] if lines else stderr.strip()[-300:])[:300]
-
-
-def applied_strategies(config_dir: Path) -> set[str]:
-    """codegen_spec symbols IREE attached to dispatches (from the configuration dump)."""
-    found: set[str] = set()
-    for f in config_dir.glob("*.mlir"):
-        text = f.read_text(errors="replace")
-        for part in text.split("codegen_spec = @")[1:]:
-            found.add(part.split(">")[0].split(",")[0].strip())
-    return found
+    def runner(self, tools: Toolchain) -> LocalRunner:
+        return LocalRunner(tools.run, tools.benchmark, self.run_timeout_s, self.run_mem_bytes,
+                           Timing(self.repetitions, self.min_time_s, self.warmup_s),
+                           self.rtol, self.atol)
 
 
 def default_pipeline(configured: str) -> str:
@@ -78,7 +87,8 @@ TASK_RESUME_FLAG = "--compile-from=global-optimization"
 
 def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
                    library: Path | None = None, extra: Sequence[str] = (),
-                   tuning_spec: Path | None = None, timeout_s: float | None = None):
+                   tuning_spec: Path | None = None,
+                   timeout_s: float | None = None) -> ProcResult:
     cmd = [tools.compile, str(src), *target_flags(cfg.target), "-o", str(out), *extra]
     if library is not None:
         cmd.append(f"--iree-codegen-transform-dialect-library={library}")
@@ -89,37 +99,17 @@ def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
 
 def run_outputs(tools: Toolchain, vmfb: Path, inputs: Sequence[Path], n_out: int, out_dir: Path,
                 cfg: MeasureConfig) -> tuple[list[np.ndarray] | None, str]:
-    outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
-    cmd = [tools.run, f"--module={vmfb}", "--function=main",
-           *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
-    res = run_isolated(cmd, cfg.run_timeout_s)
-    if res.timed_out:
-        return None, "timeout"
-    if res.returncode != 0:
-        return None, res.stderr.strip()[-500:] or f"exit {res.returncode}"
-    return [np.load(p) for p in outs], ""
+    """The module's results (None and the reason if it failed)."""
+    outs, failed = cfg.runner(tools).outputs(vmfb, inputs, n_out, out_dir)
+    return outs, (failed.error if failed else "")
 
 
 def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
               cfg: MeasureConfig, quick: bool = False) -> tuple[list[float] | None, str]:
     """Times of `cfg.repetitions` runs (each at least `cfg.min_time_s`); `quick`: one run of
     one iteration."""
-    reps, min_time = (1, "1x") if quick else (cfg.repetitions, f"{cfg.min_time_s}s")
-    cmd = [tools.benchmark, f"--module={vmfb}", "--function=main",
-           *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
-           f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
-    if not quick and cfg.warmup_s > 0:
-        cmd.append(f"--benchmark_min_warmup_time={cfg.warmup_s}")
-    res = run_isolated(cmd, cfg.run_timeout_s)
-    if res.timed_out:
-        return None, "timeout"
-    if res.returncode != 0:
-        return None, res.stderr.strip()[-500:]
-    data = json.loads(res.stdout)
-    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-    times = [b["real_time"] * scale[b["time_unit"]] for b in data["benchmarks"]
-             if b.get("run_type") == "iteration"]
-    return times, ""
+    res = cfg.runner(tools).benchmark(vmfb, inputs, quick)
+    return (list(res.samples_s), "") if res.status == Status.OK else (None, res.error)
 
 
 def median_time(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
@@ -139,36 +129,40 @@ def lower_quartile(times: Sequence[float]) -> float:
     return float(np.percentile(np.asarray(times, dtype=np.float64), 25))
 
 
-def outputs_match(got: Sequence[np.ndarray], ref: Sequence[np.ndarray], cfg: MeasureConfig) -> str:
-    """'' if they match, else a one-line reason."""
-    for i, (g, r) in enumerate(zip(got, ref)):
-        if g.shape != r.shape:
-            return f"output {i}: shape {g.shape} != {r.shape}"
-        scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
-        if not np.allclose(g, r, rtol=cfg.rtol, atol=cfg.atol * scale, equal_nan=True):
-            err = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
-            return f"output {i}: max abs error {err:.3g}"
-    return ""
+def task_inputs(task: Task, seed: int) -> list[np.ndarray]:
+    """Random inputs of a task's module, index arguments over their whole tables."""
+    types = [parse_tensor_type(t) for t in task.input_types]
+    bounds = index_bounds(task.task_mlir, task.input_types) if task.task_mlir else {}
+    return random_inputs(types, seed, bounds)
 
 
 class TaskMeasurer:
-    """Owns one task's work directory: inputs, reference outputs, default-codegen baseline."""
+    """Owns one task's work directory: inputs, reference outputs, default-codegen baseline.
+    Candidates go to `builder` and `runner` (local ones from `cfg` unless given)."""
 
     def __init__(self, task: Task, workdir: Path, tools: Toolchain, cfg: MeasureConfig,
-                 seed: int = 0):
+                 seed: int = 0, builder: Builder | None = None, runner: Runner | None = None):
         self.task, self.tools, self.cfg = task, tools, cfg
+        self.builder = builder or cfg.builder(tools)
+        self.runner = runner or cfg.runner(tools)
         self.dir = Path(workdir) / task.task_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.src = self.dir / "task.mlir"
         self.src.write_text(task.module_mlir)
-        self.inputs = []
-        for i, a in enumerate(random_inputs(task.input_types, seed)):
-            p = self.dir / f"in{i}.npy"
-            np.save(p, a)
-            self.inputs.append(p)
-        self.reference: list[np.ndarray] = []
+        self.inputs = self._save(task_inputs(task, seed), self.dir, "in")
+        self.reference: list[Path] = []  # expected outputs (.npy)
+        self.magnitude: list[Path] = []  # their magnitude bound (validation)
         self.best_s: float | None = None  # fastest valid candidate measured by this measurer
         self.pipeline = ""  # IREE's default codegen pipeline (set by prepare)
+
+    @staticmethod
+    def _save(arrays: Sequence[np.ndarray], d: Path, stem: str) -> list[Path]:
+        d.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for i, a in enumerate(arrays):
+            paths.append(d / f"{stem}{i}.npy")
+            np.save(paths[-1], a)
+        return paths
 
     def prepare(self) -> None:
         """Compile with IREE's default codegen: the payload a strategy will see (the task's
@@ -178,17 +172,18 @@ class TaskMeasurer:
         # form than in the model. Compile to the ABI once, then resume after global-opt.
         abi_src = self.dir / "task_abi.mlir"
         res = compile_module(self.tools, self.dir / "task.mlir", abi_src, self.cfg,
-                             extra=["--compile-to=abi"])
+                             extra=["--compile-to=abi"], timeout_s=self.cfg.prepare_timeout_s)
         if res.returncode != 0:
             raise UnsupportedDispatch(f"IREE could not lower the task module of {self.task.name} "
-                                      f"to its ABI: {_last_error(res.stderr)}")
+                                      f"to its ABI: {self._why(res)}")
         self.src = abi_src
         vmfb = self.dir / "default.vmfb"
         cfg_dir = self.dir / "default_configs"
-        res = self._compile(vmfb, extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"])
+        res = self._compile(vmfb, extra=[f"{CONFIG_DUMP_FLAG}={cfg_dir}"],
+                            timeout_s=self.cfg.prepare_timeout_s)
         if res.returncode != 0:
             raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed: "
-                                      f"{_last_error(res.stderr)}")
+                                      f"{self._why(res)}")
         dumps = sorted(cfg_dir.glob("*.mlir"))
         if len(dumps) != 1:
             raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
@@ -196,17 +191,27 @@ class TaskMeasurer:
         configured = dumps[0].read_text()
         self.task = with_codegen_view(self.task, configured)
         self.pipeline = default_pipeline(configured)
-        ref_dir = self.dir / "reference"
-        ref_dir.mkdir(exist_ok=True)
-        outs, err = run_outputs(self.tools, vmfb, self.inputs, len(self.task.output_types),
-                                ref_dir, self.cfg)
+        n_out = len(self.task.output_types)
+        runner = self.cfg.runner(self.tools)  # the reference is always made here
+        outs, failed = runner.outputs(vmfb, self.inputs, n_out, self.dir / "reference")
         if outs is None:
             raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on random "
-                                      f"inputs ({err.strip()[:200]}): no reference")
-        self.reference = outs
+                                      f"inputs ({failed.error[:200]}): no reference")
+        self.reference = [self.dir / "reference" / f"out{i}.npy" for i in range(n_out)]
+        abs_inputs = self._save(absolute([np.load(p) for p in self.inputs]), self.dir / "abs", "in")
+        mags, failed = runner.outputs(vmfb, abs_inputs, n_out, self.dir / "magnitude")
+        if mags is None:
+            raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on the "
+                                      f"absolute inputs ({failed.error[:200]})")
+        self.magnitude = [self.dir / "magnitude" / f"out{i}.npy" for i in range(n_out)]
         self.default_vmfb = vmfb
 
-    def _compile(self, out: Path, extra: Sequence[str] = (), **kw):
+    def _why(self, res: ProcResult) -> str:
+        if res.timed_out:
+            return f"timed out after {self.cfg.prepare_timeout_s}s"
+        return first_error_line(res.stderr)
+
+    def _compile(self, out: Path, extra: Sequence[str] = (), **kw) -> ProcResult:
         """Compile the task module as the model's compile treats the dispatch (see prepare)."""
         return compile_module(self.tools, self.src, out, self.cfg,
                               extra=[TASK_RESUME_FLAG, *extra], **kw)
@@ -214,19 +219,44 @@ class TaskMeasurer:
     def time_default(self) -> float | None:
         return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
 
+    def build_input(self, program: Program, out_dir: Path) -> BuildInput:
+        """The candidate for the builder: our emitter's library for `program`."""
+        flags = (*target_flags(self.cfg.target), TASK_RESUME_FLAG)
+        if is_template(program):
+            text = tuning_spec_text([SpecEntry(self.task.task_id, self.task.task_mlir,
+                                               self.task.ops, program, self.pipeline)])
+            marker = lowering_config(self.task.ops, program).removeprefix("#iree_cpu.")
+            return BuildInput(self.src, text, LibraryKind.TUNING_SPEC, marker, out_dir, flags)
+        text = library_text([TunedEntry(self.task.task_id, self.task.task_mlir, self.task.ops,
+                                        program, self.task.view_mlir)])
+        return BuildInput(self.src, text, LibraryKind.STRATEGY, strategy_name(self.task.task_id),
+                          out_dir, flags)
+
+    def build(self, programs: Sequence[Program], dirs: Sequence[Path]) -> list[BuildResult]:
+        """Emit and compile (`emit_and_build`)."""
+        return emit_and_build(self.builder, [partial(self.build_input, p, d)
+                                             for p, d in zip(programs, dirs)])
+
+    def run_input(self, artifact: Path, time: bool = True,
+                  slow_cutoff_s: float | None = None) -> RunInput:
+        return RunInput(artifact, tuple(self.inputs), tuple(self.reference),
+                        tuple(self.magnitude), time, slow_cutoff_s)
+
     def remeasure(self, programs: Sequence[Program],
                   rounds: int = 4) -> tuple[float, list[float | None]] | None:
-        """Re-time the default and `programs` in interleaved rounds (a noisy machine drifts
-        between measurements taken minutes apart). Returns the default's median and each
-        program's median (None where it failed now); None if the default failed."""
+        """Build and validate `programs` again, then re-time the default and them in
+        interleaved rounds (a noisy machine drifts between measurements taken minutes
+        apart; records of another machine or IREE version were never run here). Returns
+        the default's median and each program's median (None where it failed now); None if
+        the default failed."""
         base = self.dir / "best"
         shutil.rmtree(base, ignore_errors=True)
+        built = self.build(programs, [base / f"c{i}" for i in range(len(programs))])
         vmfbs: list[Path | None] = []
-        for i, p in enumerate(programs):
-            d = base / f"c{i}"
-            d.mkdir(parents=True)
-            status, _ = self._compile_candidate(p, d)
-            vmfbs.append(d / "cand.vmfb" if status == rec.OK else None)
+        for b in built:
+            ok = b.status == Status.OK and \
+                self.runner.run(self.run_input(b.artifact, time=False)).status == Status.OK
+            vmfbs.append(b.artifact if ok else None)
         t_def: list[float] = []
         t_new: list[list[float]] = [[] for _ in programs]
         for r in range(rounds):
@@ -238,84 +268,36 @@ class TaskMeasurer:
                         return None
                     t_def.append(a)
                     continue
-                b = median_time(self.tools, vmfbs[i], self.inputs, self.cfg) if vmfbs[i] else None
-                if b is None:
+                if vmfbs[i] is None:
+                    continue
+                res = self.runner.run(RunInput(vmfbs[i], tuple(self.inputs)))
+                if res.latency_s is None:
                     vmfbs[i] = None
                 else:
-                    t_new[i].append(b)
+                    t_new[i].append(res.latency_s)
         return statistics.median(t_def), [statistics.median(t) if v and t else None
                                           for v, t in zip(vmfbs, t_new)]
-
-    def _compile_candidate(self, program: Program, cand_dir: Path):
-        template = is_template(program)
-        try:
-            if template:
-                lib = cand_dir / "spec.mlir"
-                lib.write_text(tuning_spec_text([SpecEntry(
-                    self.task.task_id, self.task.task_mlir, self.task.ops, program,
-                    self.pipeline)]))
-            else:
-                lib = cand_dir / "library.mlir"
-                lib.write_text(library_text([TunedEntry(self.task.task_id, self.task.task_mlir,
-                                                        self.task.ops, program,
-                                                        self.task.view_mlir)]))
-        except Exception as e:  # an emitter bug must not stop the search
-            return "compile_error", f"emit: {type(e).__name__}: {e}"
-        cfg_dir = cand_dir / "configs"
-        res = self._compile(cand_dir / "cand.vmfb", library=None if template else lib,
-                            extra=[f"--iree-hal-dump-executable-configurations-to={cfg_dir}"],
-                            tuning_spec=lib if template else None)
-        if res.timed_out:
-            return "timeout", f"compile exceeded {self.cfg.compile_timeout_s}s"
-        if res.returncode != 0:
-            lines = [l for l in res.stderr.splitlines() if "error" in l]
-            return "compile_error", (lines[0] if lines else res.stderr[-300:])[:500]
-        if template:
-            want = lowering_config(self.task.ops, program).removeprefix("#iree_cpu.")
-            if not any(want in f.read_text(errors="replace") for f in cfg_dir.glob("*.mlir")):
-                return "not_applied", "the dispatch was not configured with our lowering config"
-        elif strategy_name(self.task.task_id) not in applied_strategies(cfg_dir):
-            return "not_applied", "the dispatch was not configured with our strategy"
-        return rec.OK, ""
 
     def measure(self, programs: Sequence[Program]) -> list[rec.Record]:
         return list(self.measure_iter(programs))
 
     def measure_iter(self, programs: Sequence[Program]) -> Iterator[rec.Record]:
-        """Compile all in parallel, then validate and time one at a time, yielding each
+        """Build all (in parallel), then validate and time one at a time, yielding each
         record as soon as it is known (the caller appends it at once)."""
         tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
-        dirs = [tmp / f"c{i}" for i in range(len(programs))]
-        for d in dirs:
-            d.mkdir()
-        with ThreadPoolExecutor(self.cfg.parallel_compiles) as pool:
-            compiled = list(pool.map(self._compile_candidate, programs, dirs))
+        built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))])
         env = rec.environment()
-        for prog, d, (status, err) in zip(programs, dirs, compiled):
-            latency, samples = None, ()
-            if status == rec.OK:
-                outs, run_err = run_outputs(self.tools, d / "cand.vmfb", self.inputs,
-                                            len(self.task.output_types), d, self.cfg)
-                if outs is None:
-                    status = "timeout" if run_err == "timeout" else "runtime_error"
-                    err = run_err
-                else:
-                    err = outputs_match(outs, self.reference, self.cfg)
-                    if err:
-                        status = "wrong_answer"
-            if status == rec.OK:
-                times, berr = benchmark(self.tools, d / "cand.vmfb", self.inputs, self.cfg,
-                                        quick=True)
-                if times is not None and not (self.best_s is not None and
-                                              times[0] > self.cfg.slow_factor * self.best_s):
-                    times, berr = benchmark(self.tools, d / "cand.vmfb", self.inputs, self.cfg)
-                if times is None:
-                    status, err = "runtime_error", berr
-                else:
-                    samples = tuple(times)
-                    latency = statistics.median(times)
-                    self.best_s = latency if self.best_s is None else min(self.best_s, latency)
+        for prog, b in zip(programs, built):
+            status, err, samples = b.status, b.error, ()
+            if status == Status.OK:
+                cutoff = None if self.best_s is None else self.cfg.slow_factor * self.best_s
+                res = self.runner.run(self.run_input(b.artifact, slow_cutoff_s=cutoff))
+                status, err, samples = res.status, res.error, res.samples_s
+            latency = statistics.median(samples) if status == Status.OK else None
+            if latency is not None:
+                self.best_s = latency if self.best_s is None else min(self.best_s, latency)
             yield rec.Record(task_key=self.task.key, program=prog.to_json(), program_key=prog.key,
-                             status=status, latency_s=latency, samples_s=samples, error=err,
-                             target=self.cfg.target, env=env, time=time.time())
+                             status=status, latency_s=latency, samples_s=tuple(samples),
+                             error=err, target=self.cfg.target, env=env, time=time.time(),
+                             device_kind=self.cfg.device_kind)
         shutil.rmtree(tmp, ignore_errors=True)

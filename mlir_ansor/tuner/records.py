@@ -1,4 +1,10 @@
-"""Tuning records: one JSON line per measurement, appended and flushed at once."""
+"""Tuning records: one JSON line per measurement, appended and flushed at once.
+
+Schema 2 (current) adds `schema`, `device_kind` and the `Status` names; schema-1 lines
+(no `schema` field) still load: their statuses are mapped by `Status.parse`.
+A record counts as measured *here* only if its device kind and IREE version are this
+run's (`Context`): other records warm-start the cost model, and their programs are
+re-validated and re-timed before they can be exported."""
 from __future__ import annotations
 
 import json
@@ -14,10 +20,10 @@ import importlib.metadata
 import iree.compiler.version as iree_version
 
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.tuner.status import Status
 
-# Status values of a record.
-OK = "ok"
-ERROR_CLASSES = ("compile_error", "not_applied", "runtime_error", "wrong_answer", "timeout")
+SCHEMA = 2
+OK = Status.OK
 
 
 def environment() -> dict:
@@ -40,17 +46,34 @@ def environment() -> dict:
 
 
 @dataclass(frozen=True)
+class Context:
+    """Where measurements are comparable: one device kind, one IREE version."""
+
+    device_kind: str
+    iree: str
+
+    def holds(self, r: "Record") -> bool:
+        return r.device_kind == self.device_kind and r.env.get("iree") == self.iree
+
+
+@dataclass(frozen=True)
 class Record:
     task_key: str
     program: dict  # Program.to_json()
     program_key: str
-    status: str  # OK or one of ERROR_CLASSES
+    status: Status
     latency_s: float | None = None  # robust statistic (median) of the timed runs
     samples_s: tuple[float, ...] = ()
     error: str = ""
     target: str = "llvm-cpu"
     env: dict = field(default_factory=dict)
     time: float = 0.0  # unix time the measurement finished
+    device_kind: str = ""  # e.g. x86_64-avx512: timings compare only within one kind
+    schema: int = SCHEMA
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):
+            object.__setattr__(self, "status", Status.parse(self.status, self.error))
 
     @property
     def ok(self) -> bool:
@@ -58,6 +81,27 @@ class Record:
 
     def to_program(self) -> Program:
         return Program.from_json(self.program)
+
+
+def to_line(rec: Record) -> str:
+    d = asdict(rec)
+    d["status"] = rec.status.value
+    return json.dumps(d, sort_keys=True)
+
+
+def from_line(line: str) -> Record:
+    """A record from one JSON line of any schema; ValueError/TypeError/KeyError if corrupt."""
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    schema = d.pop("schema", 1)
+    if schema > SCHEMA:
+        raise ValueError(f"record schema {schema} is newer than this tool's {SCHEMA}")
+    d["samples_s"] = tuple(d.get("samples_s", ()))
+    d["status"] = Status.parse(d["status"], d.get("error", ""))
+    rec = Record(**d)
+    Program.from_json(rec.program)
+    return rec
 
 
 class RecordStore:
@@ -68,9 +112,14 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, rec: Record) -> None:
-        line = json.dumps(asdict(rec), sort_keys=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        line = to_line(rec)
+        with open(self.path, "a+b") as f:
+            # A run killed mid-write leaves a torn last line: never glue a record onto it.
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+            f.write(line.encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -85,10 +134,7 @@ class RecordStore:
                 if not line.strip():
                     continue
                 try:
-                    d = json.loads(line)
-                    d["samples_s"] = tuple(d.get("samples_s", ()))
-                    rec = Record(**d)
-                    Program.from_json(rec.program)
+                    rec = from_line(line)
                 except (ValueError, TypeError, KeyError) as e:
                     warnings.warn(f"{self.path}:{n}: corrupt record line skipped ({e})")
                     continue
@@ -106,9 +152,12 @@ def top_programs(records: list[Record], task_key: str, k: int) -> list[Program]:
     return list(out.values())
 
 
-def best_by_task(records: list[Record]) -> dict[str, Record]:
+def best_by_task(records: list[Record], context: Context | None = None) -> dict[str, Record]:
+    """The fastest valid record per task (of `context` only, when given)."""
     best: dict[str, Record] = {}
     for r in records:
+        if context is not None and not context.holds(r):
+            continue
         if r.ok and (r.task_key not in best or r.latency_s < best[r.task_key].latency_s):
             best[r.task_key] = r
     return best

@@ -15,6 +15,7 @@ from mlir_ansor.sketch_passes.iree_seed import seed_programs
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
+from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import Task
 
 
@@ -142,7 +143,7 @@ def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measu
 
 def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
     mine = [r for r in records if r.task_key == task.key]
-    return len(mine) >= batch and all(r.status == "not_applied" for r in mine)
+    return len(mine) >= batch and all(r.status == Status.NOT_APPLIED for r in mine)
 
 
 def round_robin_scheduler(tasks: Sequence[Task], seed: int = 0) -> TaskScheduler:

@@ -55,22 +55,6 @@ def parse_tensor_type(t: str) -> tuple[tuple[int, ...], np.dtype]:
     return dims, np.dtype(_DTYPES[m.group(2)])
 
 
-def random_inputs(types: tuple[str, ...], seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for t in types:
-        shape, dtype = parse_tensor_type(t)
-        if dtype.kind == "f":
-            out.append(rng.uniform(-1, 1, size=shape).astype(dtype))
-        elif dtype.kind == "b":
-            out.append(rng.integers(0, 2, size=shape).astype(dtype))
-        else:
-            # Small and non-negative: integer inputs are often gather indices (token ids),
-            # and an index out of range would crash IREE's default build too.
-            out.append(rng.integers(0, 2, size=shape).astype(dtype))
-    return out
-
-
 def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
     """The model after IREE's dispatch formation (`--compile-to=flow`)."""
     cmd = [tools.compile, str(model_mlir), *target_flags(target), "--compile-to=flow", "-o", "-"]

@@ -1,0 +1,125 @@
+"""The Builder: compiles candidates, each in its own process (timeout, memory cap), several
+at once, and confirms from IREE's configuration dump that the candidate's strategy was
+applied (a library that fails to parse makes IREE build its default with exit 0).
+
+The search sees only the `Builder` protocol: a remote builder (Ray tasks) takes the same
+`BuildInput`s: the library text travels, not our Python objects."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from mlir_ansor.tuner.procs import run_isolated
+from mlir_ansor.tuner.status import Status, internal_error, is_out_of_memory
+
+CONFIG_DUMP_FLAG = "--iree-hal-dump-executable-configurations-to"
+
+
+class LibraryKind(str, Enum):
+    STRATEGY = "strategy"  # a transform library: codegen_spec = @<marker> when applied
+    TUNING_SPEC = "tuning_spec"  # a lowering-config spec: <marker> appears in the dump
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    source: Path  # the module to compile
+    library: str  # the candidate's transform library or tuning spec
+    kind: LibraryKind
+    marker: str  # what the configuration dump must show once the library was applied
+    out_dir: Path  # where the artifact and the dump go (created)
+    flags: tuple[str, ...] = ()  # target flags and any others
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    status: Status
+    artifact: Path | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+class Builder(Protocol):
+    def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
+        """One result per item, in order."""
+        ...
+
+
+def first_error_line(stderr: str, limit: int = 500) -> str:
+    """The first line of a tool's stderr that says "error" (else its tail)."""
+    lines = [line.strip() for line in stderr.splitlines() if "error" in line.lower()]
+    return (lines[0] if lines else stderr.strip()[-300:])[:limit]
+
+
+def applied_strategies(config_dir: Path) -> set[str]:
+    """codegen_spec symbols IREE attached to dispatches (from the configuration dump)."""
+    found: set[str] = set()
+    for f in Path(config_dir).glob("*.mlir"):
+        text = f.read_text(errors="replace")
+        for part in text.split("codegen_spec = @")[1:]:
+            found.add(part.split(">")[0].split(",")[0].strip())
+    return found
+
+
+def was_applied(kind: LibraryKind, marker: str, config_dir: Path) -> bool:
+    if kind == LibraryKind.STRATEGY:
+        return marker in applied_strategies(config_dir)
+    return any(marker in f.read_text(errors="replace") for f in Path(config_dir).glob("*.mlir"))
+
+
+@dataclass(frozen=True)
+class LocalBuilder:
+    """Compiles on this machine: `workers` iree-compile processes at a time."""
+
+    compile_tool: str
+    workers: int = 2
+    timeout_s: float = 10.0
+    mem_bytes: int = 6 << 30
+
+    def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
+        with ThreadPoolExecutor(max(1, self.workers)) as pool:
+            return list(pool.map(self.build_one, items))
+
+    def build_one(self, item: BuildInput) -> BuildResult:
+        item.out_dir.mkdir(parents=True, exist_ok=True)
+        lib = item.out_dir / ("library.mlir" if item.kind == LibraryKind.STRATEGY
+                              else "spec.mlir")
+        lib.write_text(item.library)
+        artifact = item.out_dir / "cand.vmfb"
+        configs = item.out_dir / "configs"
+        use = ("--iree-codegen-transform-dialect-library" if item.kind == LibraryKind.STRATEGY
+               else "--iree-codegen-tuning-spec-path")
+        cmd = [self.compile_tool, str(item.source), *item.flags, "-o", str(artifact),
+               f"{CONFIG_DUMP_FLAG}={configs}", f"{use}={lib}"]
+        start = time.monotonic()
+        res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
+        took = time.monotonic() - start
+        if res.timed_out:
+            return BuildResult(Status.COMPILE_TIMEOUT, None,
+                               f"compile exceeded {self.timeout_s}s", took)
+        if res.returncode != 0:
+            status = (Status.OUT_OF_MEMORY if is_out_of_memory(res.stderr)
+                      else Status.COMPILE_ERROR)
+            return BuildResult(status, None, first_error_line(res.stderr), took)
+        if not was_applied(item.kind, item.marker, configs):
+            return BuildResult(Status.NOT_APPLIED, None,
+                               f"the dispatch was not configured with {item.marker}", took)
+        return BuildResult(Status.OK, artifact, "", took)
+
+
+def emit_and_build(builder: Builder, emits: Sequence[Callable[[], BuildInput]]
+                   ) -> list[BuildResult]:
+    """Emit each candidate (our code) and build those that emitted. An exception while
+    emitting is an internal error of that candidate (counted, reported), never a compile
+    error: the other candidates go on."""
+    items: list[BuildInput | BuildResult] = []
+    for emit in emits:
+        try:
+            items.append(emit())
+        except Exception as e:  # our bug: recorded as internal_error and counted
+            items.append(BuildResult(Status.INTERNAL_ERROR, None, internal_error("emit", e)))
+    built = iter(builder.build([i for i in items if isinstance(i, BuildInput)]))
+    return [next(built) if isinstance(i, BuildInput) else i for i in items]

@@ -1,0 +1,111 @@
+"""Child processes of the tuner: each in its own session (a compile that hangs is killed
+with all its threads and children), with a memory cap, and registered while it runs so
+that a tuner stopped by SIGTERM/SIGINT kills them: in their own sessions they never see
+the terminal's Ctrl-C.
+
+The cap is set by `sh -c 'ulimit -v'` before exec rather than a `preexec_fn`, which is
+documented as unsafe with threads (compiles run on a thread pool)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+
+class Interrupted(Exception):
+    """The tuner is shutting down: no new child process is started."""
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    returncode: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+class _Registry:
+    """Process groups of live children."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.groups: set[int] = set()
+        self.closed = False
+
+    def add(self, pgid: int) -> None:
+        with self.lock:
+            self.groups.add(pgid)
+
+    def discard(self, pgid: int) -> None:
+        with self.lock:
+            self.groups.discard(pgid)
+
+    def kill_all(self) -> int:
+        """Kill every live group and refuse new children; returns how many were killed."""
+        with self.lock:
+            self.closed = True
+            groups = list(self.groups)
+        for g in groups:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(groups)
+
+
+LIVE = _Registry()
+
+
+def capped(cmd: Sequence[str], mem_bytes: int | None) -> list[str]:
+    """`cmd` run under an address-space cap of `mem_bytes`."""
+    if not mem_bytes:
+        return list(cmd)
+    return ["/bin/sh", "-c", f'ulimit -v {mem_bytes // 1024} && exec "$@"', "sh", *cmd]
+
+
+def run_isolated(cmd: Sequence[str], timeout_s: float, mem_bytes: int | None = None,
+                 env: dict | None = None) -> ProcResult:
+    """Run `cmd` in a new session, capped at `mem_bytes` of address space; kill the whole
+    group on timeout."""
+    if LIVE.closed:
+        raise Interrupted("the tuner is stopping")
+    proc = subprocess.Popen(capped(cmd, mem_bytes), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True, env=env)
+    LIVE.add(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return ProcResult(proc.returncode, out, err, False)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return ProcResult(-signal.SIGKILL, out, err, True)
+    finally:
+        LIVE.discard(proc.pid)
+        if LIVE.closed:  # killed by kill_all while we waited: not the candidate's fault
+            raise Interrupted("the tuner is stopping")
+
+
+def stop_children_on_signals() -> None:
+    """SIGTERM and SIGINT kill all live children, then stop the tuner with
+    KeyboardInterrupt (main thread only)."""
+
+    def handler(signum, frame):
+        LIVE.kill_all()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def signal_name(returncode: int) -> str:
+    """'SIGSEGV' for a child killed by a signal (negative return code), else 'exit N'."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"

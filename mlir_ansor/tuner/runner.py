@@ -1,0 +1,135 @@
+"""The Runner: loads a built candidate, checks its outputs against the reference, times it.
+
+Each run is its own process (timeout, memory cap). The search sees only the `Runner`
+protocol; a runner on another machine takes the same `RunInput` (files: module, inputs,
+expected outputs and their magnitude bound)."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from mlir_ansor.tuner.procs import ProcResult, run_isolated, signal_name
+from mlir_ansor.tuner.status import Status, is_out_of_memory
+from mlir_ansor.tuner.validation import outputs_match
+
+
+@dataclass(frozen=True)
+class Timing:
+    repetitions: int = 5
+    min_time_s: float = 0.05
+    # Untimed runs first: the first repetitions of a fresh process run up to 2x slower
+    # (thread pool and caches warming up).
+    warmup_s: float = 0.1
+
+
+@dataclass(frozen=True)
+class RunInput:
+    artifact: Path
+    inputs: tuple[Path, ...]
+    reference: tuple[Path, ...] = ()  # expected outputs; empty: do not validate
+    magnitude: tuple[Path, ...] = ()  # per-element magnitude bound of each output
+    time: bool = True
+    # Timed once when its first run is slower than this (its exact latency changes no
+    # decision, and slow candidates would otherwise take most of the tuning time).
+    slow_cutoff_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: Status
+    samples_s: tuple[float, ...] = ()
+    error: str = ""
+
+    @property
+    def latency_s(self) -> float | None:
+        return statistics.median(self.samples_s) if self.samples_s else None
+
+
+class Runner(Protocol):
+    def run(self, item: RunInput) -> RunResult:
+        ...
+
+
+def _failure(res: ProcResult, timeout_s: float) -> RunResult:
+    if res.timed_out:
+        return RunResult(Status.RUN_TIMEOUT, (), f"run exceeded {timeout_s}s")
+    if is_out_of_memory(res.stderr):
+        return RunResult(Status.OUT_OF_MEMORY, (), res.stderr.strip()[-300:])
+    tail = res.stderr.strip()[-300:]
+    return RunResult(Status.RUN_ERROR, (), f"{signal_name(res.returncode)}: {tail}".strip())
+
+
+@dataclass(frozen=True)
+class LocalRunner:
+    """Runs with IREE's tools on this machine."""
+
+    run_tool: str
+    benchmark_tool: str
+    timeout_s: float = 60.0
+    mem_bytes: int | None = 8 << 30
+    timing: Timing = field(default_factory=Timing)
+    rtol: float = 1e-4
+    atol: float = 1e-5
+
+    def run(self, item: RunInput) -> RunResult:
+        if item.reference:
+            res = self.validate(item)
+            if res.status != Status.OK:
+                return res
+        if not item.time:
+            return RunResult(Status.OK)
+        return self.time(item)
+
+    def outputs(self, artifact: Path, inputs: Sequence[Path], n_out: int,
+                out_dir: Path) -> tuple[list[np.ndarray] | None, RunResult | None]:
+        """The module's results on `inputs` (written under `out_dir`), or the failure."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
+        cmd = [self.run_tool, f"--module={artifact}", "--function=main",
+               *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
+        res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
+        if res.timed_out or res.returncode != 0:
+            return None, _failure(res, self.timeout_s)
+        return [np.load(p) for p in outs], None
+
+    def validate(self, item: RunInput) -> RunResult:
+        got, failed = self.outputs(item.artifact, item.inputs, len(item.reference),
+                                   item.artifact.parent)
+        if failed:
+            return failed
+        ref = [np.load(p) for p in item.reference]
+        mag = [np.load(p) for p in item.magnitude] if item.magnitude else None
+        err = outputs_match(got, ref, mag, self.rtol, self.atol)
+        return RunResult(Status.WRONG_ANSWER, (), err) if err else RunResult(Status.OK)
+
+    def benchmark(self, artifact: Path, inputs: Sequence[Path],
+                  quick: bool = False) -> RunResult:
+        """`timing.repetitions` timed repetitions (each at least `timing.min_time_s`);
+        `quick`: one repetition of one iteration."""
+        t = self.timing
+        reps, min_time = (1, "1x") if quick else (t.repetitions, f"{t.min_time_s}s")
+        cmd = [self.benchmark_tool, f"--module={artifact}", "--function=main",
+               *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
+               f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
+        if not quick and t.warmup_s > 0:
+            cmd.append(f"--benchmark_min_warmup_time={t.warmup_s}")
+        res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
+        if res.timed_out or res.returncode != 0:
+            return _failure(res, self.timeout_s)
+        data = json.loads(res.stdout)
+        scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+        times = tuple(b["real_time"] * scale[b["time_unit"]] for b in data["benchmarks"]
+                      if b.get("run_type") == "iteration")
+        return RunResult(Status.OK, times)
+
+    def time(self, item: RunInput) -> RunResult:
+        if item.slow_cutoff_s is not None:
+            first = self.benchmark(item.artifact, item.inputs, quick=True)
+            if first.status != Status.OK or first.samples_s[0] > item.slow_cutoff_s:
+                return first
+        return self.benchmark(item.artifact, item.inputs)

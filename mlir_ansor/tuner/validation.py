@@ -1,0 +1,128 @@
+"""What a candidate is checked against: inputs drawn over each operand's valid range, and a
+per-element error bound scaled by the magnitude of the computation.
+
+Inputs: floats uniform in [-1, 1] (signed: cancellations in a reduction are exercised);
+integers that a dispatch uses as indices (`index_cast` into `tensor.extract`) cover the
+whole indexed dimension; other integers are signed; booleans 0/1.
+
+Error bound: |got - ref| <= atol + rtol * max(|ref|, mag), per element, where `mag` is the
+reference build's output on the absolute values of the float inputs: for sums of products
+it is the sum of |terms|, which bounds the rounding error of any reordering (rfactor,
+other tilings, FMA contraction: about sqrt(K) * 6e-8 * mag for K terms, 4e-6 * mag at
+K = 4608) while a wrong term or a missing one stands out. Candidates are compared with IREE's
+own default build (the same math lowering) at rtol 1e-4; whole models with torch, another
+implementation of exp, erf and tanh, at 1e-3 (`MeasureConfig.model_rtol`)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from iree.compiler import ir
+
+SIGNED_INT_RANGE = 64  # non-index integers are drawn from [-64, 64]
+_CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui",
+          "arith.trunci"}
+
+
+def _index_bound(value: ir.Value) -> int | None:
+    """The smallest extent `value` indexes (through integer casts) in a tensor.extract."""
+    bound = None
+    for use in value.uses:
+        user = use.owner
+        name = user.name
+        if name in _CASTS:
+            b = _index_bound(user.results[0])
+        elif name == "tensor.extract" and use.operand_number > 0:
+            shape = ir.RankedTensorType(user.operands[0].type).shape
+            b = shape[use.operand_number - 1]
+        else:
+            continue
+        if b is not None and b > 0:
+            bound = b if bound is None else min(bound, b)
+    return bound
+
+
+def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict[int, int]:
+    """Argument position -> exclusive upper bound, for integer arguments of the task
+    function that index a tensor; empty unless its arguments are of `arg_types` (the
+    runnable module's inputs), when given."""
+    out: dict[int, int] = {}
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(task_mlir)
+        func = module.body.operations[0]
+        args = list(func.regions[0].blocks[0].arguments)
+        if arg_types is not None and [str(a.type) for a in args] != list(arg_types):
+            return out
+
+        def visit(op: ir.Operation) -> None:
+            if op.name == "linalg.generic":
+                n_in = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
+                block = op.regions[0].blocks[0]
+                for i in range(n_in):
+                    src = op.operands[i]
+                    if src not in args:
+                        continue
+                    b = _index_bound(block.arguments[i])
+                    if b is not None:
+                        pos = args.index(src)
+                        out[pos] = min(out.get(pos, b), b)
+            for region in op.regions:
+                for blk in region.blocks:
+                    for inner in blk.operations:
+                        visit(inner.operation)
+
+        visit(func.operation)
+    return out
+
+
+def random_inputs(types: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int,
+                  bounds: dict[int, int] | None = None) -> list[np.ndarray]:
+    """Inputs of the given (shape, dtype)s; `bounds`: index arguments' upper bounds."""
+    rng = np.random.default_rng(seed)
+    bounds = bounds or {}
+    out = []
+    for i, (shape, dtype) in enumerate(types):
+        if dtype.kind == "f":
+            out.append(rng.uniform(-1, 1, size=shape).astype(dtype))
+        elif dtype.kind == "b":
+            out.append(rng.integers(0, 2, size=shape).astype(dtype))
+        elif i in bounds:
+            out.append(rng.integers(0, bounds[i], size=shape).astype(dtype))
+        else:
+            lo = 0 if dtype.kind == "u" else -SIGNED_INT_RANGE
+            out.append(rng.integers(lo, SIGNED_INT_RANGE + 1, size=shape).astype(dtype))
+    return out
+
+
+def absolute(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The inputs with floats replaced by their absolute values (indices untouched)."""
+    return [np.abs(a) if a.dtype.kind == "f" else a for a in inputs]
+
+
+def outputs_match(got: Sequence[np.ndarray], ref: Sequence[np.ndarray],
+                  magnitude: Sequence[np.ndarray] | None = None, rtol: float = 1e-4,
+                  atol: float = 1e-5) -> str:
+    """'' if every result matches within the bound, else a one-line reason."""
+    if len(got) != len(ref):
+        return f"{len(got)} results, expected {len(ref)}"
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if g.shape != r.shape:
+            return f"output {i}: shape {g.shape} != {r.shape}"
+        if r.dtype.kind != "f":
+            if not np.array_equal(g, r):
+                return f"output {i}: {int(np.sum(g != r))} of {r.size} elements differ"
+            continue
+        g64, r64 = g.astype(np.float64), r.astype(np.float64)
+        scale = np.abs(r64)
+        if magnitude is not None:
+            scale = np.maximum(scale, np.abs(magnitude[i].astype(np.float64)))
+        err = np.abs(g64 - r64)
+        nan_ok = np.isnan(g64) & np.isnan(r64)
+        bad = ~((err <= atol + rtol * scale) | nan_ok)
+        if np.any(bad):
+            j = int(np.argmax(np.where(bad, err - rtol * scale, -np.inf)))
+            return (f"output {i}: {int(bad.sum())} of {r.size} elements off, e.g. "
+                    f"{g64.flat[j]:.6g} vs {r64.flat[j]:.6g} (bound "
+                    f"{atol + rtol * scale.flat[j]:.3g})")
+    return ""
