@@ -27,12 +27,20 @@ from iree.compiler.passmanager import PassManager
 
 from mlir_ansor.dialect_helpers.linalg_info import tileable_ops
 from mlir_ansor.errors import AnsorError
+from mlir_ansor.targets import DEFAULT_CPU, Target
 
-DEFAULT_TILE = 16  # lanes of the packed loop: one AVX-512 f32 vector, two AVX2 / four NEON
 SITE_ATTR = "ansor_pack_site"
 # Ops through which a weight stays a compile-time constant.
 _CONST_THROUGH = ("linalg.", "tensor.expand_shape", "tensor.collapse_shape",
                   "tensor.extract_slice", "tensor.empty", "arith.constant")
+
+
+def pack_tile(target: Target) -> int:
+    """Lanes of the packed loop: one f32 vector of the target (AVX-512: 16, NEON: 4)."""
+    return target.f32_lanes
+
+
+DEFAULT_TILE = pack_tile(DEFAULT_CPU)  # where no target is given (see targets.DEFAULT_CPU)
 
 
 class LayoutRewriteError(AnsorError):

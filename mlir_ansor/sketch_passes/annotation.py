@@ -1,8 +1,17 @@
-"""Random annotation: fill a sketch's decisions (tile sizes, parallel loops, unroll)."""
+"""Random annotation: fill a sketch's decisions (tile sizes, parallel loops, unroll).
+
+The caps that encode machine facts (vector lanes, register tile) come from the target
+(`AnnotationLimits.of`); `annotate`, `violations` and `sample_programs` take it as
+`target=`, and without one use `targets.DEFAULT_CPU` (x86-64 AVX-512, where the caps were
+tuned), so a seed gives the same programs on any machine. The other caps bound the search
+space or follow IREE's limits, the same on every CPU.
+"""
 from __future__ import annotations
 
+import functools
 import math
 import random
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
@@ -10,17 +19,52 @@ from mlir_ansor.sketch_passes.analysis import strided_window_loops
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
+from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 
-MAX_VECTOR_LANES = 64  # innermost tile of the contiguous output dim
-MAX_OTHER_INNER = 16  # innermost tile of any other spatial loop
-MAX_REGISTER_TILE = 256  # elements of the innermost (register) tile
-UNROLL_CHOICES = (1, 2, 4, 8)
-MAX_WORKGROUP_DIMS = 3
+# Innermost tile of a spatial loop other than the contiguous output dim, and the vector
+# reduction tile without rfactor: a search-space cap (rows of the register tile, unrolled),
+# not a machine fact; the register tile's size is capped by the target below.
+MAX_OTHER_INNER = 16
+UNROLL_CHOICES = (1, 2, 4, 8)  # search space
+MAX_WORKGROUP_DIMS = 3  # IREE's workgroup ids x, y, z
 STACK_LIMIT_BYTES = 32 << 10  # IREE's CPU limit on a dispatch's stack allocations
 STACK_HEADROOM_BYTES = 1 << 10
 # f32 elements of a local (stack) tile, with room for the strategy's small temporaries
 # (a 32 KiB tile plus 64-1024 bytes of them failed to compile).
 MAX_LOCAL_TILE = (STACK_LIMIT_BYTES - STACK_HEADROOM_BYTES) // 4
+VECTORS_PER_ROW = 4  # innermost tile of the contiguous output dim, in vectors
+
+
+@dataclass(frozen=True)
+class AnnotationLimits:
+    """The caps of a CPU target's search space that follow from its machine facts."""
+
+    vector_lanes: int  # innermost tile of the contiguous output dim (and rfactor lanes)
+    register_tile: int  # elements of the innermost (register) tile
+
+    @staticmethod
+    def of(target: Target) -> "AnnotationLimits":
+        if target.backend != "llvm-cpu":
+            raise TargetError(f"CPU annotation needs an llvm-cpu target, not {target.name} "
+                              f"({target.backend})")
+        # A row of a few vectors; the register tile's accumulators take half the vector
+        # registers, the other half holds the loaded and broadcast operands (AVX-512: 64
+        # lanes and 256 elements, NEON: 16 and 64).
+        return AnnotationLimits(vector_lanes=VECTORS_PER_ROW * target.f32_lanes,
+                                register_tile=target.vector_registers // 2 * target.f32_lanes)
+
+
+DEFAULT_LIMITS = AnnotationLimits.of(DEFAULT_CPU)
+
+
+@functools.lru_cache(maxsize=None)
+def _limits_of(target: Target) -> AnnotationLimits:
+    return AnnotationLimits.of(target)
+
+
+def annotation_limits(target: Target | None = None) -> AnnotationLimits:
+    """The limits of `target` (DEFAULT_CPU's when None)."""
+    return DEFAULT_LIMITS if target is None else _limits_of(target)
 
 
 def divisors(n: int) -> list[int]:
@@ -64,9 +108,9 @@ def whole_row_loops(ops: Sequence[OpInfo], sketch: Sketch) -> set[int]:
     return {anchor.parallel_dims[-1]}
 
 
-def reduction_vector_limit(sketch: Sketch) -> int:
+def reduction_vector_limit(sketch: Sketch, *, target: Target | None = None) -> int:
     """Largest innermost reduction tile: rfactor lanes may fill a wide vector."""
-    return MAX_VECTOR_LANES if sketch.rfactor else MAX_OTHER_INNER
+    return annotation_limits(target).vector_lanes if sketch.rfactor else MAX_OTHER_INNER
 
 
 def batch_loops(op: OpInfo) -> set[int]:
@@ -84,9 +128,15 @@ def unit_loops(op: OpInfo) -> set[int]:
             (batch_loops(op) if op.reduction_dims else set()))
 
 
-def _inner_limit(op: OpInfo, loop: int) -> int:
+def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
+    """Largest innermost tile of parallel loop `loop` of `op`: vector lanes along the
+    output's contiguous dim, MAX_OTHER_INNER along the others."""
     last = len(op.output.shape) - 1
-    return MAX_VECTOR_LANES if op.output_dim_of_loop(loop) == last else MAX_OTHER_INNER
+    return annotation_limits(target).vector_lanes if op.output_dim_of_loop(loop) == last \
+        else MAX_OTHER_INNER
+
+
+_inner_limit = inner_limit  # the name iree_seed imports
 
 
 def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int) -> tuple[int, ...]:
@@ -102,22 +152,25 @@ def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int)
     return tuple(reversed(out))
 
 
-def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
-    """One random complete program of `sketch`."""
+def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
+             target: Target | None = None) -> Program:
+    """One random complete program of `sketch` for `target` (see the module docstring)."""
     if sketch.gpu:
         from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu  # (imports this)
-        return annotate_gpu(ops, sketch, rng)
+        return annotate_gpu(ops, sketch, rng, target=target)
+    lim = annotation_limits(target)
     prog = Program(sketch)
     if sketch.root:
         root = op_by_name(ops, sketch.root)
         unit_rows = unit_loops(root)
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3,
-                                        1 if l in unit_rows else _inner_limit(root, l))
+                                        1 if l in unit_rows else
+                                        inner_limit(root, l, target=target))
                       for l in root.parallel_dims}
             local = math.prod(s[-1] * s[-2] for s in splits.values())
             needs_local = sketch.fuse_consumer or sketch.cache_write
-            if math.prod(s[-1] for s in splits.values()) <= MAX_REGISTER_TILE and (
+            if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and (
                     not needs_local or local <= MAX_LOCAL_TILE) and \
                     _map_store_fits(ops, sketch, root, splits):
                 break
@@ -133,7 +186,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
                 # it stays a contraction once unit window dims fold away; for contractions
                 # it lets a weight read along k (nn.Linear) load contiguous rows. With
                 # rfactor it is the number of partial sums (vector lanes).
-                lanes = [d for d in divisors(r1) if d <= reduction_vector_limit(sketch)]
+                lanes = [d for d in divisors(r1)
+                         if d <= reduction_vector_limit(sketch, target=target)]
                 if sketch.rfactor and l == root.reduction_dims[-1] and len(lanes) > 1:
                     lanes = lanes[1:]  # rfactor needs at least two partial sums
                 v = rng.choice(lanes)
@@ -152,7 +206,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Progr
         whole = whole_row_loops(ops, sketch)
         for _ in range(100):  # resample until a map_store's workgroup tile fits the stack
             splits = {l: (anchor.extents[l],) if l in whole else _sample_levels(
-                rng, anchor.extents[l], 1, _inner_limit(anchor, l)) for l in anchor.parallel_dims}
+                rng, anchor.extents[l], 1, inner_limit(anchor, l, target=target))
+                for l in anchor.parallel_dims}
             if _map_store_fits(ops, sketch, anchor, splits):
                 break
         for l in anchor.parallel_dims:
@@ -181,9 +236,10 @@ def sample_unmeasured(sample: Callable[[], Program], n: int, measured: set[str],
 
 
 def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,
-                    rng: random.Random) -> list[Program]:
+                    rng: random.Random, *, target: Target | None = None) -> list[Program]:
     """`n` random programs, sketches taken in turn."""
-    return [annotate(ops, sketches[i % len(sketches)], rng) for i in range(n)] if sketches else []
+    return [annotate(ops, sketches[i % len(sketches)], rng, target=target)
+            for i in range(n)] if sketches else []
 
 
 def _eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
@@ -224,13 +280,16 @@ def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
     return 2 * tile * anchor.output.elem_bytes + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 
-def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
-    """Why `prog` is not a program `annotate` could have produced ([] = valid). Mutation
-    and crossover results are checked with this before they are scored or measured."""
+def violations(ops: Sequence[OpInfo], prog: Program, *,
+               target: Target | None = None) -> list[str]:
+    """Why `prog` is not a program `annotate` could have produced for `target` ([] =
+    valid). Mutation and crossover results are checked with this before they are scored or
+    measured."""
     sk = prog.sketch
     if sk.gpu:
         from mlir_ansor.sketch_passes.gpu_annotation import gpu_violations  # (imports this)
-        return gpu_violations(ops, prog)
+        return gpu_violations(ops, prog, target=target)
+    lim = annotation_limits(target)
     base = op_by_name(ops, sk.root or sk.anchor)
     errs: list[str] = []
     levels = 3 if sk.root else 1
@@ -248,14 +307,14 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
             continue
         if base.extents[l] % math.prod(s.lengths):
             errs.append(f"loop {l}: {s.lengths} does not divide {base.extents[l]}")
-        limit = 1 if l in unit_rows else _inner_limit(base, l)
+        limit = 1 if l in unit_rows else inner_limit(base, l, target=target)
         if s.lengths[-1] > limit:
             errs.append(f"loop {l}: innermost tile {s.lengths[-1]} > {limit}")
     if errs:
         return errs
     if sk.root:
         inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
-        if math.prod(s[-1] for s in inner) > MAX_REGISTER_TILE:
+        if math.prod(s[-1] for s in inner) > lim.register_tile:
             errs.append("register tile too large")
         if (sk.fuse_consumer or sk.cache_write) and \
                 math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
@@ -268,7 +327,7 @@ def violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
             elif base.extents[l] % s.lengths[0]:
                 errs.append(f"reduction loop {l}: {s.lengths[0]} does not divide extent")
             elif want == 2 and (s.lengths[0] % s.lengths[1] or
-                                s.lengths[1] > reduction_vector_limit(sk)):
+                                s.lengths[1] > reduction_vector_limit(sk, target=target)):
                 errs.append(f"reduction loop {l}: bad vector length {s.lengths[1]}")
             elif sk.rfactor and l == base.reduction_dims[-1] and s.lengths[1] == 1 < s.lengths[0]:
                 errs.append("rfactor needs at least two partial sums")

@@ -11,14 +11,17 @@ Cross-thread reduction sketches (`rfactor` on GPU): every parallel loop of the r
 reduction loop gets (threads, vector): the threads splitting each row (threadIdx.x) and the
 vector each thread reads per step of its slice.
 
-A block has at most MAX_THREADS threads (at least MIN_THREADS where the loops allow) over
-at most three loops (threadIdx.x/y/z), the grid spans at most three loops (blockIdx), and
-one thread's tile holds at most MAX_THREAD_TILE elements.
+A block has at most the target's max_threads_per_block threads (at least a warp where the
+loops allow) over at most three loops (threadIdx.x/y/z), the grid spans at most three loops
+(blockIdx), one thread's tile holds at most MAX_THREAD_TILE elements, and cache reads fit
+the target's shared_memory_per_block. Without a target: `targets.DEFAULT_GPU` (sm_80).
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
@@ -26,24 +29,57 @@ from mlir_ansor.sketch_passes.annotation import divisors, op_by_name, window_loo
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
+from mlir_ansor.targets import DEFAULT_GPU, Target, TargetError
 
-MAX_THREADS = 1024
-MIN_THREADS = 32  # one warp
+# Search-space caps (the same on every GPU):
 MAX_THREAD_TILE = 64
 MAX_INNER = 8
 MAX_VTHREAD = 4
-MAX_GRID_DIMS = 3
 MAX_SHARED_K = 64  # reduction elements per shared-memory tile
-MAX_SHARED_BYTES = 48 * 1024  # workgroup memory of the cache reads (the static limit)
 MAX_BLOCK_ROWS = 4  # outputs one block reduces across its threads
 MAX_THREAD_VECTOR = 4  # elements a thread reads per step of a cross-thread reduction
+MAX_GRID_DIMS = 3  # blockIdx x, y, z: CUDA's, every architecture
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """The caps of a cuda target's search space that follow from its machine facts."""
+
+    max_threads: int  # threads of a block
+    min_threads: int  # one warp: fewer threads leave lanes of it idle
+    max_shared_bytes: int  # workgroup memory of the cache reads (the static limit)
+
+    @staticmethod
+    def of(target: Target) -> "GpuLimits":
+        if target.backend != "cuda":
+            raise TargetError(f"GPU annotation needs a cuda target, not {target.name} "
+                              f"({target.backend})")
+        return GpuLimits(max_threads=target.max_threads_per_block, min_threads=target.warp_size,
+                         max_shared_bytes=target.shared_memory_per_block)
+
+
+DEFAULT_GPU_LIMITS = GpuLimits.of(DEFAULT_GPU)
+# Those of the default target, for callers that check programs made without one.
+MAX_THREADS = DEFAULT_GPU_LIMITS.max_threads
+MIN_THREADS = DEFAULT_GPU_LIMITS.min_threads
+MAX_SHARED_BYTES = DEFAULT_GPU_LIMITS.max_shared_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _limits_of(target: Target) -> GpuLimits:
+    return GpuLimits.of(target)
+
+
+def gpu_limits(target: Target | None = None) -> GpuLimits:
+    """The limits of `target` (DEFAULT_GPU's when None)."""
+    return DEFAULT_GPU_LIMITS if target is None else _limits_of(target)
 
 
 def _pick(rng: random.Random, n: int, limit: int) -> int:
     return rng.choice([d for d in divisors(n) if d <= limit])
 
 
-def _sample_parallel(rng: random.Random, op: OpInfo, with_vthread: bool
+def _sample_parallel(rng: random.Random, op: OpInfo, with_vthread: bool, lim: GpuLimits
                      ) -> dict[int, tuple[int, ...]] | None:
     loops = list(op.parallel_dims)
     threaded = set(rng.sample(loops[-3:], k=min(len(loops), rng.choice([1, 2, 3]))))
@@ -52,12 +88,12 @@ def _sample_parallel(rng: random.Random, op: OpInfo, with_vthread: bool
         ext = op.extents[l]
         inner = _pick(rng, ext, MAX_INNER)
         vt = _pick(rng, ext // inner, MAX_VTHREAD) if with_vthread else 1
-        th = _pick(rng, ext // (inner * vt), MAX_THREADS) if l in threaded else 1
+        th = _pick(rng, ext // (inner * vt), lim.max_threads) if l in threaded else 1
         out[l] = (th, vt, inner) if with_vthread else (th, inner)
     threads = math.prod(v[0] for v in out.values())
     tile = math.prod(math.prod(v[1:]) for v in out.values())
     grid = [l for l in loops if op.extents[l] // math.prod(out[l]) > 1]
-    if threads > MAX_THREADS or tile > MAX_THREAD_TILE or len(grid) > MAX_GRID_DIMS:
+    if threads > lim.max_threads or tile > MAX_THREAD_TILE or len(grid) > MAX_GRID_DIMS:
         return None
     return out
 
@@ -84,23 +120,25 @@ def shared_bytes(op: OpInfo, prog: Program) -> int:
     return total
 
 
-def annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
+def annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
+                 target: Target | None = None) -> Program:
     """One random complete program of a GPU sketch (cache-read sketches: one whose shared
-    tiles fit MAX_SHARED_BYTES, if any of 100 draws does)."""
-    prog = _annotate_gpu(ops, sketch, rng)
+    tiles fit the target's shared memory, if any of 100 draws does)."""
+    lim = gpu_limits(target)
+    prog = _annotate_gpu(ops, sketch, rng, lim)
     base = op_by_name(ops, sketch.root or sketch.anchor)
     for _ in range(100):
-        if not sketch.cache_read or shared_bytes(base, prog) <= MAX_SHARED_BYTES:
+        if not sketch.cache_read or shared_bytes(base, prog) <= lim.max_shared_bytes:
             break
-        prog = _annotate_gpu(ops, sketch, rng)
+        prog = _annotate_gpu(ops, sketch, rng, lim)
     return prog
 
 
-def reduction_threads(extent: int) -> list[int]:
-    """Thread counts that can split a row of `extent`: divisors from a warp to MAX_THREADS
-    (the largest divisor below a warp if the row has none)."""
-    ok = [d for d in divisors(extent) if MIN_THREADS <= d <= MAX_THREADS]
-    return ok or [max(d for d in divisors(extent) if d <= MAX_THREADS)]
+def reduction_threads(extent: int, lim: GpuLimits) -> list[int]:
+    """Thread counts that can split a row of `extent`: divisors from a warp to the block's
+    limit (the largest divisor below a warp if the row has none)."""
+    ok = [d for d in divisors(extent) if lim.min_threads <= d <= lim.max_threads]
+    return ok or [max(d for d in divisors(extent) if d <= lim.max_threads)]
 
 
 def _grid_loops(op: OpInfo, rows: dict[int, int]) -> tuple[int, ...]:
@@ -108,8 +146,8 @@ def _grid_loops(op: OpInfo, rows: dict[int, int]) -> tuple[int, ...]:
     return tuple([l for l in op.parallel_dims if op.extents[l] // rows[l] > 1][-MAX_GRID_DIMS:])
 
 
-def _annotate_cross_thread(ops: Sequence[OpInfo], sketch: Sketch,
-                           rng: random.Random) -> Program:
+def _annotate_cross_thread(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random,
+                           lim: GpuLimits) -> Program:
     root = op_by_name(ops, sketch.root)
     prog = Program(sketch)
     budget = MAX_BLOCK_ROWS
@@ -123,7 +161,7 @@ def _annotate_cross_thread(ops: Sequence[OpInfo], sketch: Sketch,
         prog = prog.with_step(SplitStep(root.name, l,
                                         (rows[l] if l in grid else root.extents[l],)))
     last = root.reduction_dims[-1]
-    threads = rng.choice(reduction_threads(root.extents[last]))
+    threads = rng.choice(reduction_threads(root.extents[last], lim))
     vec = _pick(rng, root.extents[last] // threads, MAX_THREAD_VECTOR)
     prog = prog.with_step(SplitStep(root.name, last, (threads, vec)))
     prog = prog.with_step(ParallelStep(root.name, grid))
@@ -131,8 +169,11 @@ def _annotate_cross_thread(ops: Sequence[OpInfo], sketch: Sketch,
     return prog.with_step(VectorizeStep(root.name))
 
 
-def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
-    """Why a GPU program is not one `annotate_gpu` could have produced ([] = valid)."""
+def gpu_violations(ops: Sequence[OpInfo], prog: Program, *,
+                   target: Target | None = None) -> list[str]:
+    """Why a GPU program is not one `annotate_gpu` could have produced for `target`
+    ([] = valid)."""
+    lim = gpu_limits(target)
     sk = prog.sketch
     base = op_by_name(ops, sk.root or sk.anchor)
     errs: list[str] = []
@@ -152,7 +193,7 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
             errs.append(f"{total} rows per block > {MAX_BLOCK_ROWS}")
         s = prog.split(base.name, last)
         if s is None or len(s.lengths) != 2 or s.lengths[0] not in \
-                reduction_threads(base.extents[last]) or \
+                reduction_threads(base.extents[last], lim) or \
                 (base.extents[last] // s.lengths[0]) % s.lengths[1] or \
                 s.lengths[1] > MAX_THREAD_VECTOR:
             errs.append("reduction loop: bad (threads, vector) split")
@@ -177,7 +218,7 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
     threaded = [l for l in base.parallel_dims if prog.split(base.name, l).lengths[0] > 1]
     if any(l not in base.parallel_dims[-3:] for l in threaded):
         errs.append("threads map to the last three loops only")
-    if threads > MAX_THREADS or tile > MAX_THREAD_TILE:
+    if threads > lim.max_threads or tile > MAX_THREAD_TILE:
         errs.append(f"{threads} threads or a {tile}-element thread tile: too many")
     if sk.root:
         window = window_loops(base) or set()
@@ -188,7 +229,7 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program) -> list[str]:
                     s.lengths[0] > MAX_SHARED_K or (want == 2 and (
                         s.lengths[0] % s.lengths[1] or s.lengths[1] > MAX_INNER)):
                 errs.append(f"reduction loop {l}: bad shared/inner split")
-        if sk.cache_read and not errs and shared_bytes(base, prog) > MAX_SHARED_BYTES:
+        if sk.cache_read and not errs and shared_bytes(base, prog) > lim.max_shared_bytes:
             errs.append("cache reads exceed the workgroup memory")
     par = prog.find(ParallelStep, base.name)
     grid = _split_grid(base, prog)
@@ -212,17 +253,18 @@ def repair_gpu(ops: Sequence[OpInfo], prog: Program) -> Program:
         for s in prog.steps))
 
 
-def _annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
+def _annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random,
+                  lim: GpuLimits) -> Program:
     if sketch.rfactor:
-        return _annotate_cross_thread(ops, sketch, rng)
+        return _annotate_cross_thread(ops, sketch, rng, lim)
     base = op_by_name(ops, sketch.root or sketch.anchor)
     splits = None
     for attempt in range(400):  # resample until the block is legal (and a warp, if it can be)
-        cand = _sample_parallel(rng, base, bool(sketch.root))
+        cand = _sample_parallel(rng, base, bool(sketch.root), lim)
         if cand is None:
             continue
         splits = cand
-        if math.prod(v[0] for v in cand.values()) >= MIN_THREADS or attempt > 200:
+        if math.prod(v[0] for v in cand.values()) >= lim.min_threads or attempt > 200:
             break
     if splits is None:  # tiny loops: one thread per block, one element per thread
         splits = {l: (1, 1, 1) if sketch.root else (1, 1) for l in base.parallel_dims}

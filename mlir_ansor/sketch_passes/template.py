@@ -13,15 +13,17 @@ import random
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
-from mlir_ansor.sketch_passes.annotation import (MAX_REGISTER_TILE, _inner_limit, divisors,
+from mlir_ansor.sketch_passes.annotation import (annotation_limits, divisors, inner_limit,
                                                  op_by_name, sample_unmeasured, window_loops,
                                                  window_rows)
 from mlir_ansor.sketch_passes.program import Program, SplitStep
 from mlir_ansor.sketch_passes.sketch import Sketch
+from mlir_ansor.targets import Target
 from mlir_ansor.transform_scripts.tuning_spec import TEMPLATE_RULE
 
-MAX_REDUCTION_TILE = 64
-# IREE rejects vectors over 32 KiB; a contraction's vector tile spans all its loops.
+MAX_REDUCTION_TILE = 64  # search space (as IREE's tuner), not a machine fact
+# IREE rejects vectors over 32 KiB on every CPU; a contraction's vector tile spans all its
+# loops.
 MAX_VECTOR_VOLUME = 4096
 
 
@@ -39,7 +41,11 @@ def template_sketch(task) -> Sketch | None:
     return None
 
 
-def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -> Program:
+def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
+                    target: Target | None = None) -> Program:
+    """One random template program; lane and register-tile caps as annotation's for
+    `target` (see annotation)."""
+    register_tile = annotation_limits(target).register_tile
     root = op_by_name(ops, sketch.root)
     rows, window = window_rows(root), window_loops(root)
     for _ in range(100):
@@ -48,7 +54,7 @@ def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -
         for l, ext in enumerate(root.extents):
             if root.iterators[l] == "parallel":
                 wg = rng.choice(divisors(ext))
-                limit = 1 if l in rows else _inner_limit(root, l)
+                limit = 1 if l in rows else inner_limit(root, l, target=target)
                 c = rng.choice([d for d in divisors(wg) if d <= limit])
                 reg *= c
                 steps.append(SplitStep(root.name, l, (wg // c, c)))
@@ -57,7 +63,7 @@ def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -
                 r = rng.choice([d for d in divisors(ext) if d <= limit])
                 red *= r
                 steps.append(SplitStep(root.name, l, (r,)))
-        if reg <= MAX_REGISTER_TILE and reg * red <= MAX_VECTOR_VOLUME:
+        if reg <= register_tile and reg * red <= MAX_VECTOR_VOLUME:
             break
     return Program(sketch, tuple(steps))
 
@@ -65,13 +71,15 @@ def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random) -
 class TemplatePolicy:
     """Random sampling of the template space (the limited-space baseline)."""
 
-    def __init__(self, task, seed: int):
+    def __init__(self, task, seed: int, *, target: Target | None = None):
         self.task = task
+        self.target = target
         self.rng = random.Random(f"{seed}:{task.key}:template")
         self.sketch = template_sketch(task)
 
     def propose(self, n: int, measured: set[str], records=()) -> list[Program]:
         if self.sketch is None:
             return []
-        return sample_unmeasured(lambda: sample_template(self.task.ops, self.sketch, self.rng),
+        return sample_unmeasured(lambda: sample_template(self.task.ops, self.sketch, self.rng,
+                                                         target=self.target),
                                  n, measured, 50)

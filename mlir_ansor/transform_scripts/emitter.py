@@ -25,6 +25,9 @@ from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided
 from mlir_ansor.sketch_passes.annotation import batch_loops, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
+# A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
+# splits a wider vector into the target's registers (64 f32: 4 zmm, 8 ymm, 16 NEON q), so
+# the emitter stays a function of the program alone, the same for every target.
 MAX_ELEMENTWISE_VECTOR = 64
 MAX_REDUCTION_VECTOR = 256  # row chunk of a reduction outside the root (one horizontal add each)
 
