@@ -95,6 +95,9 @@ class LocalRunner:
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
             return None, _failure(res, self.timeout_s)
+        missing = [p.name for p in outs if not p.exists()]
+        if missing:
+            return None, RunResult(Status.RUN_ERROR, (), f"no results written: {missing}")
         return [np.load(p) for p in outs], None
 
     def validate(self, item: RunInput) -> RunResult:
