@@ -20,6 +20,7 @@ from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from tests.conftest import DATA
 from tests.data.small_mlp import make
 
 
@@ -180,6 +181,38 @@ def test_without_library_the_model_is_built_as_is(folder, tools, tmp_path):
     assert "--mlir-print-op-on-diagnostic=false" in calls[0]
     np.testing.assert_allclose(run_module(vmfb, folder.inputs), folder.want, rtol=1e-4,
                                atol=1e-4)
+
+
+def other_task_entry(tools: Toolchain, work: Path) -> TunedEntry:
+    """A strategy for a dispatch the small MLP does not have (never applied to it)."""
+    task = extract_tasks(flow_source(DATA / "mm_128x256x64.mlir", "llvm-cpu", tools, 300))[0]
+    prog = annotate(task.ops, task.sketches[0], random.Random(0))
+    return TunedEntry("t9", task.task_mlir, task.ops, prog)
+
+
+def test_written_in_strategies_are_the_ones_checked(folder, tools, tmp_path):
+    # A library shared with another model also holds a strategy no dispatch of this model
+    # takes: checking every strategy of the library would fail; the tuner writes in the
+    # ones this model takes.
+    shared = library_text([*folder.entries, other_task_entry(tools, tmp_path)])
+    script = copy_folder(folder, tmp_path / "run", shared)
+    vmfb = tmp_path / "tuned.vmfb"
+    res = build(script, vmfb)
+    assert res.returncode != 0 and "tuned strategies not applied: strategy_t9" in res.stderr
+    write_build_script(script.parent, target_flags("llvm-cpu"),
+                       strategies=("strategy_t0", "strategy_t1"))
+    res = build(script, vmfb)
+    assert res.returncode == 0, res.stderr[-2000:]
+    np.testing.assert_allclose(run_module(vmfb, folder.inputs), folder.want, rtol=1e-4,
+                               atol=1e-4)
+    # ... and a written-in strategy that is not applied still fails the build.
+    write_build_script(script.parent, target_flags("llvm-cpu"),
+                       strategies=("strategy_t0", "strategy_t1", "strategy_t9"))
+    res = build(script, vmfb)
+    assert res.returncode != 0 and "tuned strategies not applied: strategy_t9" in res.stderr
+    assert not vmfb.exists()
+    with pytest.raises(ValueError, match="not a strategy symbol"):
+        write_build_script(script.parent, target_flags("llvm-cpu"), strategies=("$(rm x)",))
 
 
 def test_missing_compiler_is_named(folder, tmp_path):

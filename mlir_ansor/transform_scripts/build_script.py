@@ -12,6 +12,7 @@ no OUTPUT behind. Without a library (nothing beat IREE's default) it builds the 
 """
 from __future__ import annotations
 
+import re
 import shlex
 import stat
 from pathlib import Path
@@ -19,7 +20,11 @@ from typing import Sequence
 
 BUILD_SCRIPT = "build.sh"
 
-# The script's body; @TARGET_FLAGS@, @MODEL@ and @LIBRARY@ are filled in (shell-quoted).
+# What grep reads as a strategy symbol in the script; a written-in list must fit it too.
+_SYMBOL = re.compile(r"strategy_[A-Za-z0-9_.]+")  # no $: written in unquoted
+
+# The script's body; @TARGET_FLAGS@, @MODEL@ and @LIBRARY@ are filled in (shell-quoted),
+# @STRATEGIES@ with symbols of _SYMBOL (no quoting needed).
 _TEMPLATE = r"""#!/usr/bin/env bash
 # Builds the tuned module of this folder with stock iree-compile (written by mlir-ansor).
 #   ./build.sh OUTPUT.vmfb [extra iree-compile flags]
@@ -64,12 +69,16 @@ if [ ! -f "$library" ]; then
   exit 0
 fi
 
-# The strategies to check are read from the library at build time, not fixed when this
-# script was written: a library replaced later (e.g. by a merged one) is checked against
-# what it defines. grep, not a parser, so that a library IREE cannot parse still names
-# its strategies here; a library left with none is an error of its own.
-expected=$(grep -oE 'named_sequence @strategy_[A-Za-z0-9_$.]+' "$library" |
-  sed 's/.*@//' | LC_ALL=C sort -u || true)
+# The strategies this model's dispatches must take. Written in when the tuner knew them
+# (a library shared by several models also holds the others' strategies); otherwise read
+# from the library at build time, so that a library replaced later (e.g. by a merged one)
+# is checked against what it defines: with grep, not a parser, because a library IREE
+# cannot parse must still name its strategies here. A library with none is an error.
+expected=$(printf '%s\n' @STRATEGIES@ | LC_ALL=C sort -u)
+if [ -z "$expected" ]; then
+  expected=$(grep -oE 'named_sequence @strategy_[A-Za-z0-9_$.]+' "$library" |
+    sed 's/.*@//' | LC_ALL=C sort -u || true)
+fi
 if [ -z "$expected" ]; then
   echo "build.sh: $library defines no strategy_* sequence (not a tuned library?)" >&2
   exit 1
@@ -89,7 +98,7 @@ if [ -n "$missing" ]; then
   echo "build.sh: tuned strategies not applied: ${missing% }" >&2
   echo "build.sh: IREE built its default codegen for them (a library it cannot parse, e.g." \
     "from another IREE version, only gives a warning above; or the model differs from" \
-    "the one tuned); no module written" >&2
+    "the one tuned, or the library no longer defines them); no module written" >&2
   exit 1
 fi
 mv "$tmp/module.vmfb" "$out"
@@ -99,16 +108,23 @@ echo "build.sh: wrote $out ($(echo "$expected" | wc -l) tuned strategies applied
 
 def write_build_script(out_dir: Path, target_flags: Sequence[str],
                        model_file: str = "model_tuned.mlir",
-                       library_file: str = "tuned_library.mlir") -> Path:
+                       library_file: str = "tuned_library.mlir",
+                       strategies: Sequence[str] = ()) -> Path:
     """Write an executable `build.sh` into `out_dir`. `model_file` and `library_file` are
     relative to `out_dir` (e.g. "../tuned_library.mlir" for one model of several tuned
-    together); `target_flags` are the iree-compile flags of the tuned target."""
+    together); `target_flags` are the iree-compile flags of the tuned target; `strategies`
+    the symbols this model must take when the library holds others too (empty: every
+    strategy the library defines when build.sh runs)."""
     for f in (model_file, library_file):
         if Path(f).is_absolute():
             raise ValueError(f"build.sh paths are relative to its folder, got {f}")
+    for sym in strategies:
+        if not _SYMBOL.fullmatch(sym):
+            raise ValueError(f"not a strategy symbol: {sym!r}")
     text = (_TEMPLATE.replace("@TARGET_FLAGS@", " ".join(shlex.quote(f) for f in target_flags))
             .replace("@MODEL@", shlex.quote(model_file))
-            .replace("@LIBRARY@", shlex.quote(library_file)))
+            .replace("@LIBRARY@", shlex.quote(library_file))
+            .replace("@STRATEGIES@", " ".join(sorted(set(strategies)))))
     path = Path(out_dir) / BUILD_SCRIPT
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
