@@ -23,7 +23,7 @@ sys.stdout.flush()
 # CHECK: // note: b.mlir: 3 symbols renamed (prefix l1_), e.g. @strategy_t0 -> @strategy_l1_t0
 # CHECK: codegen_spec = @strategy_t0>
 # CHECK: codegen_spec = @strategy_l1_t0>
-# CHECK: module attributes {mlir_ansor.iree_version = "{{[0-9.]+}} ({{[0-9a-f]+}})", transform.with_named_sequence}
+# CHECK: module attributes {mlir_ansor.iree_version = "{{[0-9.]+}} ({{[0-9a-f]+}})",
 # CHECK: transform.named_sequence @strategy_t0(
 # CHECK: transform.named_sequence @match_t0(
 # CHECK: transform.named_sequence @apply_t0(

@@ -107,8 +107,9 @@ def _pairs(module: ir.Module, name: str) -> tuple[tuple[str, str], ...]:
     if len(found) != 1:
         raise LibraryMergeError(f"{name}: @{KERNEL_CONFIG} has {len(found)} foreach_match "
                                 "ops, expected one")
-    matchers = [ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(found[0].attributes["matchers"])]
-    actions = [ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(found[0].attributes["actions"])]
+    matchers, actions = ([ir.FlatSymbolRefAttr(a).value
+                          for a in ir.ArrayAttr(found[0].attributes[key])]
+                         for key in ("matchers", "actions"))
     return tuple(zip(matchers, actions))
 
 
