@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from iree.compiler import ir
-from iree.compiler.dialects import transform
 
 from mlir_ansor.errors import AnsorError
 from mlir_ansor.transform_scripts.library import IREE_VERSION_ATTR, build_kernel_config
