@@ -78,7 +78,8 @@ def compile_with(tools, src, lib, work, name: str) -> None:
     from pathlib import Path
 
     from mlir_ansor.tuner.measure import applied_strategies
-    from mlir_ansor.tuner.toolchain import run_isolated, target_flags
+    from mlir_ansor.tuner.procs import run_isolated
+    from mlir_ansor.tuner.toolchain import target_flags
 
     cfg = Path(work) / f"cfg_{name}"
     res = run_isolated([tools.compile, str(src), *target_flags("llvm-cpu"),

@@ -10,6 +10,7 @@ configuration dump that the tuned dispatches took our strategies.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from iree.compiler import ir
 
-from mlir_ansor.errors import CompileError
+from mlir_ansor.errors import AnsorError, CompileError
 from mlir_ansor.tuner.driver import TuneOptions, run
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.frontend import import_model
@@ -64,23 +65,47 @@ def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out
     return TunedModule(result.tuned_vmfb)
 
 
-def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu") -> TunedModule:
-    """The tuned module of `model` from an earlier run's exported library in `out` (no
-    tuning; IREE's default where the run exported nothing)."""
+def handed_back(out: Path, model_name: str | None = None) -> str:
+    """"tuned" or "default": which module an earlier run in `out` handed back (its
+    report.json); `model_name` picks one of several models tuned together."""
+    report = Path(out) / "report.json"
+    if not report.exists():
+        raise AnsorError(f"{report} not found: no finished tuning run in {out}")
+    e2e = json.loads(report.read_text())["e2e"]
+    if model_name is None:
+        if len(e2e) != 1:
+            raise AnsorError(f"{out} holds several models ({sorted(e2e)}): name one")
+        model_name = next(iter(e2e))
+    if model_name not in e2e:
+        raise AnsorError(f"{out} has no model {model_name!r} ({sorted(e2e)})")
+    return e2e[model_name]["handed_back"]
+
+
+def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
+         model_name: str | None = None) -> TunedModule:
+    """The module an earlier run in `out` handed back for `model`, built again: with its
+    library and layout where the tuned module won end to end, IREE's default where the
+    run handed that back (no tuning)."""
     out = Path(out)
     tools = Toolchain.find()
     cfg = MeasureConfig(target=target)
     build = out / "api"
     build.mkdir(parents=True, exist_ok=True)
     src = build / "model.mlir"
-    # The run's layout again (channels-last, packed weights): its library matches those
-    # dispatches.
-    src.write_text(load_layout(out / "layout.json").apply(import_model(model, inputs)))
+    text = import_model(model, inputs)
     library = out / "tuned_library.mlir"
+    if handed_back(out, model_name) == "tuned":
+        # The run's layout again (channels-last, packed weights): its library matches those
+        # dispatches.
+        text = load_layout(out / "layout.json").apply(text)
+    else:
+        library = None
+    src.write_text(text)
     vmfb = build / "tuned.vmfb"
-    applied = compile_model(tools, src, vmfb, cfg, library if library.exists() else None)
-    if library.exists():
-        expected = set(strategy_symbols(library.read_text()))
+    use = library if library is not None and library.exists() else None
+    applied = compile_model(tools, src, vmfb, cfg, use)
+    if use is not None:
+        expected = set(strategy_symbols(use.read_text()))
         if not expected <= applied:
             raise CompileError(f"tuned strategies not applied: {sorted(expected - applied)}")
     return TunedModule(vmfb, sorted(applied))

@@ -1,12 +1,35 @@
-"""Errors the tool reports to the user: each names the problem in one line."""
+"""Errors the tool reports to the user: each names the problem in one line, and its class
+gives the CLI's exit code (docs/cli.md has the table)."""
 
 
 class AnsorError(Exception):
     """Base class: anything the CLI turns into a one-line error message."""
 
+    exit_code = 1
+
+
+class UsageError(AnsorError):
+    """A bad option value (negative trials, unknown objective, missing reuse file...)."""
+
+    exit_code = 2
+
 
 class FrontendError(AnsorError):
     """The PyTorch model could not be loaded or imported."""
+
+    exit_code = 3
+
+
+class OutputError(AnsorError):
+    """The output folder cannot be written (permissions, full disk)."""
+
+    exit_code = 4
+
+
+class ToolchainError(AnsorError):
+    """An IREE tool this run needs is missing."""
+
+    exit_code = 5
 
 
 class UnsupportedDispatch(AnsorError):
@@ -16,6 +39,8 @@ class UnsupportedDispatch(AnsorError):
 class CompileError(AnsorError):
     """iree-compile failed on a module we produced."""
 
+    exit_code = 6
+
 
 class StrategiesNotApplied(CompileError):
     """The model compiled, but some exported strategies matched no dispatch of it."""
@@ -23,3 +48,7 @@ class StrategiesNotApplied(CompileError):
     def __init__(self, missing: list[str]):
         super().__init__(f"tuned strategies not applied to the model: {sorted(missing)}")
         self.missing = sorted(missing)
+
+
+# What an interrupted run (SIGINT/SIGTERM) exits with: 128 + SIGINT, as shells do.
+INTERRUPTED_EXIT = 130

@@ -1,8 +1,12 @@
 """`python -m mlir_ansor.tune MODEL` — tune a PyTorch model end to end.
 
 MODEL is a bundled example name or path/to/file.py:factory (factory() returns the model
-and a tuple of example inputs). Writes records, the tuned library, the tuned module and a
-report under --out, and prints the result table.
+and a tuple of example inputs). Writes records, the tuned library, the tuned module,
+build.sh and a report under --out, and prints the result table.
+
+Exit codes (docs/cli.md): 0 done, 1 other error, 2 bad option, 3 model cannot be loaded or
+imported, 4 output folder not writable or full, 5 IREE tools missing, 6 a tuned module
+failed to build or check, 130 interrupted. Errors end with one line on stderr.
 """
 from __future__ import annotations
 
@@ -10,28 +14,62 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlir_ansor.errors import AnsorError
+from mlir_ansor.errors import INTERRUPTED_EXIT, AnsorError, UsageError
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, the documented code, no usage dump
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(UsageError.exit_code)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m mlir_ansor.tune", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m mlir_ansor.tune", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="*", default=["resnet_block"],
                    help="bundled example name or path/to/file.py:factory (default: "
                         "resnet_block); several models are tuned together, sharing tasks")
-    p.add_argument("--trials", type=int, default=96, help="measurements in total (default 96)")
-    p.add_argument("--target", default="llvm-cpu", help="codegen target (llvm-cpu)")
+    p.add_argument("--trials", type=_non_negative_int, default=96,
+                   help="measurements in total (default 96)")
+    p.add_argument("--target", default="llvm-cpu",
+                   help="llvm-cpu (this machine; the only one that can be tuned here), or a "
+                        "target name / JSON file (mlir_ansor/targets.py)")
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch", type=int, default=4, help="programs per task per round")
+    p.add_argument("--batch", type=_positive_int, default=4,
+                   help="programs per task per round")
     p.add_argument("--policy", choices=["evolution", "random"], default="evolution",
                    help="search policy: evolutionary search on the cost model (default) or "
                         "random sampling")
-    p.add_argument("--reuse", type=Path, nargs="*", default=[], metavar="RECORDS",
-                   help="records files of earlier runs: warm-start the cost model and offer "
-                        "their best programs for export (not counted in --trials)")
+    p.add_argument("--reuse", type=Path, action="append", default=[], metavar="RECORDS",
+                   help="a records file of an earlier run (repeatable): warm-starts the cost "
+                        "model and offers its best programs for export, re-validated here "
+                        "(not counted in --trials)")
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
+    p.add_argument("--objective", choices=["f1", "f2", "f3", "f4"], default="f1",
+                   help="the gradient scheduler's objective: f1 summed latency (default), "
+                        "f2 each model until --latency-requirement-ms, f3 geometric mean "
+                        "speedup over IREE's default, f4 f1 with early stopping")
+    p.add_argument("--latency-requirement-ms", type=float, default=0.0,
+                   help="f2: the latency each model must reach")
+    p.add_argument("--early-stop", type=_non_negative_int, default=0, metavar="ROUNDS",
+                   help="stop tuning a task after this many rounds without improvement "
+                        "(0: never; f4 defaults to 3)")
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
@@ -43,22 +81,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        from mlir_ansor.tuner.driver import TuneOptions, run
+    from mlir_ansor.tuner.driver import TuneOptions, run
+    from mlir_ansor.tuner.procs import stop_children_on_signals
 
-        result = run(TuneOptions(model=args.model[0], models=tuple(args.model),
-                                 trials=args.trials, target=args.target,
-                                 out=args.out, seed=args.seed, batch=args.batch,
-                                 policy=args.policy, scheduler=args.scheduler,
-                                 reuse=tuple(args.reuse),
-                                 layout_rewrite=not args.no_layout_rewrite,
-                                 iree_seeds=args.iree_seeds))
+    stop_children_on_signals()
+    try:
+        result = run(TuneOptions(
+            model=args.model[0], models=tuple(args.model), trials=args.trials,
+            target=args.target, out=args.out, seed=args.seed, batch=args.batch,
+            policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
+            layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
+            objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
+            early_stop=args.early_stop))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; records written so far are kept (run again to resume)",
+              file=sys.stderr)
+        return INTERRUPTED_EXIT
     print(result.report)
     return 0
 

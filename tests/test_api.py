@@ -21,3 +21,28 @@ def test_tune_then_load(tmp_path):
         assert again.applied
     else:
         assert again.applied == ()
+
+
+def test_load_hands_back_iree_default_where_the_run_did(tmp_path, monkeypatch):
+    """A run whose tuned module lost end to end handed back IREE's default: load must not
+    apply the library left in the folder (defect 5)."""
+    import json
+
+    model, inputs = make()
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"e2e": {"SmallMLP": {"handed_back": "default"}}}))
+    (out / "tuned_library.mlir").write_text("module { this library must not be read }")
+    built = []
+    real = api.compile_model
+    monkeypatch.setattr(api, "compile_model",
+                        lambda tools, src, vmfb, cfg, lib: built.append(lib) or
+                        real(tools, src, vmfb, cfg, lib))
+    m = api.load(model, inputs, out)
+    assert built == [None] and m.applied == ()
+    np.testing.assert_allclose(m(*inputs), model(*inputs).detach().numpy(), rtol=1e-4,
+                               atol=1e-4)
+    (out / "report.json").write_text(json.dumps({"e2e": {"a": {}, "b": {}}}))
+    import pytest
+    with pytest.raises(api.AnsorError, match="several models"):
+        api.load(model, inputs, out)

@@ -1,62 +1,137 @@
-"""Bad input ends with a one-line error and never touches existing records."""
+"""Bad input ends with a one-line error naming the problem, the documented exit code
+(docs/cli.md), no traceback, and never touches existing records."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mlir_ansor import tune
+from mlir_ansor.errors import FrontendError, OutputError, ToolchainError, UsageError
+
 ROOT = Path(__file__).resolve().parents[1]
+MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+KEEP = '{"keep": "me"}\n'
 
 
-def run_cli(*args, cwd=ROOT):
+def run_cli(*args, cwd=ROOT, preexec=None):
     return subprocess.run([sys.executable, "-m", "mlir_ansor.tune", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900, preexec_fn=preexec)
 
 
 @pytest.fixture()
-def out_with_records(tmp_path):
+def out(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "records.jsonl").write_text('{"keep": "me"}\n')
+    (out / "records.jsonl").write_text(KEEP)
     return out
 
 
-def _one_line_error(res):
-    assert res.returncode == 2
-    lines = [l for l in res.stderr.strip().splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, res.stderr
-    assert "Traceback" not in res.stderr
-    return lines[0]
+def one_line_error(res, code: int) -> str:
+    assert res.returncode == code, (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), res.stderr
+    assert sum(l.startswith("error:") for l in res.stderr.splitlines()) == 1
+    return last
 
 
-def test_missing_factory(tmp_path, out_with_records):
+def untouched(out: Path) -> bool:
+    return (out / "records.jsonl").read_text() == KEEP
+
+
+def write(tmp_path: Path, text: str) -> Path:
     f = tmp_path / "m.py"
-    f.write_text("x = 1\n")
-    err = _one_line_error(run_cli(f"{f}:make_model", "--out", str(out_with_records)))
-    assert "make_model" in err
-    assert (out_with_records / "records.jsonl").read_text() == '{"keep": "me"}\n'
+    f.write_text(text)
+    return f
 
 
-def test_missing_file(out_with_records):
-    err = _one_line_error(run_cli("nowhere.py:f", "--out", str(out_with_records)))
-    assert "not found" in err
+@pytest.mark.parametrize("args, says", [
+    (["--trials", "-1"], "--trials: must be >= 0"),
+    (["--trials", "many"], "--trials"),
+    (["--batch", "0"], "--batch: must be >= 1"),
+    (["--objective", "f9"], "--objective"),
+    (["--objective", "f2"], "--latency-requirement-ms"),
+    (["--early-stop", "-2"], "--early-stop"),
+    (["--target", "tpu"], "unknown target 'tpu'"),
+    (["--target", "cuda"], "needs a runner with a GPU"),
+    (["--reuse", "nope.jsonl"], "records file to reuse not found: nope.jsonl"),
+])
+def test_bad_options(out, args, says):
+    err = one_line_error(run_cli("matmul_1024", *args, "--out", str(out)), UsageError.exit_code)
+    assert says in err
+    assert untouched(out)
 
 
-def test_unknown_target(out_with_records):
-    err = _one_line_error(run_cli("matmul_1024", "--target", "tpu", "--out", str(out_with_records)))
-    assert "tpu" in err
-    assert (out_with_records / "records.jsonl").read_text() == '{"keep": "me"}\n'
+def test_reuse_is_repeatable_and_keeps_the_model_argument(out, tmp_path):
+    """`--reuse A --reuse B MODEL`: nargs used to swallow MODEL as a records file."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("")
+    args = tune.parse_args(["--reuse", str(a), "--reuse", str(b), "mlp"])
+    assert args.reuse == [a, b] and args.model == ["mlp"]
+    err = one_line_error(run_cli("--reuse", str(a), "--reuse", str(b), "mlp", "--out", str(out)),
+                         UsageError.exit_code)
+    assert "b.jsonl" in err
 
 
-def test_model_that_cannot_be_imported(tmp_path, out_with_records):
-    f = tmp_path / "m.py"
-    f.write_text(
-        "import torch\n"
-        "class M(torch.nn.Module):\n"
-        "    def forward(self, x):\n"
-        "        return torch.linalg.eigh(x)[0]\n"  # no linalg lowering in torch-mlir
-        "def make():\n"
-        "    return M(), (torch.randn(4, 4),)\n")
-    err = _one_line_error(run_cli(f"{f}:make", "--out", str(out_with_records)))
-    assert "cannot import" in err and "eigh" in err
-    assert (out_with_records / "records.jsonl").read_text() == '{"keep": "me"}\n'
+@pytest.mark.parametrize("source, spec, says", [
+    (None, "no_such_example", "unknown model 'no_such_example'"),
+    (None, "nowhere.py:f", "model file not found: nowhere.py"),
+    ("\xff\xfe not python (\n", "{f}:make", "cannot load"),
+    ("x = 1\n", "{f}:make_model", "no callable factory 'make_model'"),
+    ("def make():\n    raise RuntimeError('weights missing')\n", "{f}:make",
+     "model factory {f}:make failed: RuntimeError: weights missing"),
+    ("def make():\n    return 42\n", "{f}:make", "must return (model, example_inputs)"),
+    ("import torch\ndef make():\n    return torch.nn.ReLU(), [1, 2]\n", "{f}:make",
+     "example_inputs must be a tuple of tensors"),
+    ("import torch\n"
+     "class M(torch.nn.Module):\n"
+     "    def forward(self, x):\n"
+     "        return torch.linalg.eigh(x)[0]\n"  # no linalg lowering in torch-mlir
+     "def make():\n"
+     "    return M(), (torch.randn(4, 4),)\n", "{f}:make", "cannot import the model"),
+])
+def test_bad_models(out, tmp_path, source, spec, says):
+    f = write(tmp_path, source) if source is not None else None
+    spec = spec.format(f=f)
+    err = one_line_error(run_cli(spec, "--out", str(out)), FrontendError.exit_code)
+    assert says.format(f=f) in err
+    assert untouched(out)
+
+
+def test_output_folder_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    err = one_line_error(run_cli("mlp", "--out", str(blocker / "out")), OutputError.exit_code)
+    assert "cannot write to the output folder" in err
+
+
+def test_output_disk_full_keeps_the_records(out):
+    """Writing the first record fails (a file-size limit stands in for a full disk: the
+    same OSError path): one line, exit 4, the earlier records intact."""
+    import resource
+
+    limit = 4 << 20
+    (out / "records.jsonl").write_text(KEEP + "\n" * (limit - len(KEEP)))
+    before = (out / "records.jsonl").read_text()
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    err = one_line_error(run_cli(MLP, "--trials", "2", "--batch", "1", "--out", str(out),
+                                 preexec=cap), OutputError.exit_code)
+    assert "cannot append to" in err and "records.jsonl" in err
+    assert (out / "records.jsonl").read_text() == before
+
+
+def test_missing_iree_tools(out, monkeypatch, capsys):
+    """In-process: the tools are looked up in an empty folder."""
+    from mlir_ansor.tuner import toolchain
+
+    real = toolchain._tool
+    monkeypatch.setattr(toolchain, "_tool", lambda pkg_dir, name: real(out, name))
+    code = tune.main(["mlp", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ToolchainError.exit_code
+    assert err[-1].startswith("error: IREE tool iree-compile not found")
+    assert untouched(out)

@@ -198,3 +198,34 @@ def test_torch_is_timed_in_repetitions_like_a_module():
     cfg = M.MeasureConfig(repetitions=3, min_time_s=0.01, warmup_s=0.0)
     times = torch_times(torch.nn.Linear(8, 8), (torch.ones(2, 8),), cfg)
     assert len(times) == 3 and all(0 < t < 0.01 for t in times)
+
+
+def test_preparing_a_task_is_not_bound_by_the_candidate_timeout(tools, tmp_path):
+    """IREE's default build of a task (reference and baseline) may be slow; under the
+    candidate timeout the task was silently dropped (defect 3)."""
+    (tmp_path / "m.mlir").write_text(MATMUL)
+    from mlir_ansor.tuner.tasks import flow_source
+
+    task = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 120))
+            if t.tunable][0]
+    m = M.TaskMeasurer(task, tmp_path / "t", tools, M.MeasureConfig(compile_timeout_s=0.01))
+    m.prepare()
+    assert m.reference and m.magnitude
+
+
+def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
+    """Export re-builds and re-validates the best programs before re-timing them: a record
+    from another machine or IREE version (never run here) cannot be exported unchecked
+    (defect 4)."""
+    progs = _programs(mm_measurer, 2, seed=21)
+    default_s, times = mm_measurer.remeasure(progs, rounds=1)
+    assert default_s > 0 and all(t is not None for t in times)
+    saved = mm_measurer.reference
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, np.load(saved[0]) * np.float32(-1))
+    mm_measurer.reference = [wrong]
+    try:
+        _, times = mm_measurer.remeasure(progs, rounds=1)
+    finally:
+        mm_measurer.reference = saved
+    assert times == [None, None]

@@ -42,9 +42,11 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.errors import CompileError
+from mlir_ansor.tuner.builder import first_error_line
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, compile_module,
                                       outputs_match)
+from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to"
@@ -66,15 +68,6 @@ def library_strategies(library: Path) -> set[str]:
     return set(re.findall(r"codegen_spec\s*=\s*@([\w$.-]+)", library.read_text()))
 
 
-def _first_error(stderr: str) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if "error" in line]
-    return (lines[0] if lines else stderr.strip()[-300:])[:300]
-
-
-def _slug(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
-
-
 def build(tools: Toolchain, cfg: MeasureConfig, label: str, src: Path, out_dir: Path,
           library: Path | None = None, extra: Sequence[str] = (),
           expected: Sequence[str] | None = None) -> Built:
@@ -83,7 +76,7 @@ def build(tools: Toolchain, cfg: MeasureConfig, label: str, src: Path, out_dir: 
     Without a library: one iree-compile call with `extra`; the module must carry no tuned
     strategy. With one: the tuner's two-step build, and every strategy in `expected`
     (default: every strategy the library names) must be applied. Raises CheckFailed."""
-    d = out_dir / _slug(label)
+    d = out_dir / safe_dir_name(label)
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     vmfb = d / "module.vmfb"
@@ -96,7 +89,7 @@ def build(tools: Toolchain, cfg: MeasureConfig, label: str, src: Path, out_dir: 
                               f"{cfg.model_compile_timeout_s:.0f} s")
         if res.returncode != 0:
             raise CheckFailed(f"{label}: iree-compile exited with {res.returncode}: "
-                              f"{_first_error(res.stderr)}")
+                              f"{first_error_line(res.stderr)}")
         applied = applied_strategies(dump)
         if applied:
             raise CheckFailed(f"{label}: built without a library but carries strategies "

@@ -35,6 +35,7 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     constant evaluation JIT-compiles on worker threads that wait on the library's loading
     lock."""
     cfg_dir = out.parent / (out.stem + "_configs")
+    shutil.rmtree(cfg_dir, ignore_errors=True)  # an earlier build's dump must not vouch
     extra = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
     if library is not None:
         staged = out.parent / (out.stem + "_global_opt.mlir")
@@ -116,6 +117,33 @@ def module_times(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
     return times
 
 
+def check_outputs(tools: Toolchain, vmfb: Path, in_paths: Sequence[Path],
+                  refs: Sequence[np.ndarray], mags: Sequence[np.ndarray], out_dir: Path,
+                  cfg: MeasureConfig) -> float:
+    """Run a model module and compare every result with torch's; the max abs error."""
+    outs, err = run_outputs(tools, vmfb, in_paths, len(refs), out_dir, cfg)
+    if outs is None:
+        raise CompileError(f"running {vmfb.name} failed: {err}")
+    bad = outputs_match(outs, refs, mags, cfg.model_rtol, cfg.atol)
+    if bad:
+        raise CompileError(f"{vmfb.name} does not match torch: {bad}")
+    return max(float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0
+               for o, r in zip(outs, refs))
+
+
+def check_tuned(tools: Toolchain, model_mlir: Path, library: Path | None, vmfb: Path,
+                cfg: MeasureConfig, expected: Sequence[str], in_paths: Sequence[Path],
+                refs: Sequence[np.ndarray], mags: Sequence[np.ndarray]
+                ) -> tuple[set[str], float]:
+    """Build a model with `library`, require the `expected` strategies applied and its
+    results to match torch; (applied strategies, max abs error)."""
+    applied = compile_model(tools, model_mlir, vmfb, cfg, library)
+    missing = set(expected) - applied
+    if missing:
+        raise StrategiesNotApplied(sorted(missing))
+    return applied, check_outputs(tools, vmfb, in_paths, refs, mags, vmfb.parent, cfg)
+
+
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
                rounds: int = 11, tuned_mlir: Path | None = None,
@@ -132,24 +160,15 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         shutil.copyfile(prebuilt_default, default_vmfb)
     else:
         compile_model(tools, model_mlir, default_vmfb, cfg, None)
+    max_err = check_outputs(tools, default_vmfb, in_paths, refs, mags, out_dir, cfg)
     applied: set[str] = set()
     same = library is None and tuned_mlir is None
     if same:  # nothing beat IREE's default: the tuned module is the default one
         tuned_vmfb = default_vmfb
     else:
-        applied = compile_model(tools, tuned_mlir or model_mlir, tuned_vmfb, cfg, library)
-    missing = set(expected) - applied
-    if missing:
-        raise StrategiesNotApplied(sorted(missing))
-    max_err = 0.0
-    for vmfb in (default_vmfb, tuned_vmfb):
-        outs, err = run_outputs(tools, vmfb, in_paths, len(refs), out_dir, cfg)
-        if outs is None:
-            raise CompileError(f"running {vmfb.name} failed: {err}")
-        bad = outputs_match(outs, refs, mags, cfg.model_rtol, cfg.atol)
-        if bad:
-            raise CompileError(f"{vmfb.name} does not match torch: {bad}")
-        max_err = max(max_err, max(float(np.max(np.abs(o - r))) for o, r in zip(outs, refs)))
+        applied, err = check_tuned(tools, tuned_mlir or model_mlir, library, tuned_vmfb, cfg,
+                                   expected, in_paths, refs, mags)
+        max_err = max(max_err, err)
     t_torch: list[float] = []
     t_def: list[float] = []
     t_tuned: list[float] = []

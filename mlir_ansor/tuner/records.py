@@ -19,6 +19,7 @@ import importlib.metadata
 
 import iree.compiler.version as iree_version
 
+from mlir_ansor.errors import OutputError
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.status import Status
 
@@ -112,7 +113,12 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, rec: Record) -> None:
-        line = to_line(rec)
+        try:
+            self._append(to_line(rec))
+        except OSError as e:
+            raise OutputError(f"cannot append to {self.path}: {e.strerror or e}") from e
+
+    def _append(self, line: str) -> None:
         with open(self.path, "a+b") as f:
             # A run killed mid-write leaves a torn last line: never glue a record onto it.
             if f.tell() > 0:

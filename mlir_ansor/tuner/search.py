@@ -13,7 +13,7 @@ from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, vio
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.sketch_passes.iree_seed import seed_programs
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
+from mlir_ansor.tuner.records import Context, Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import Task
@@ -141,8 +141,10 @@ def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measu
     return out
 
 
-def _never_applies(task: Task, records: list[Record], batch: int) -> bool:
-    mine = [r for r in records if r.task_key == task.key]
+def _never_applies(task: Task, records: list[Record], batch: int,
+                   context: Context | None) -> bool:
+    mine = [r for r in records if r.task_key == task.key and
+            (context is None or context.holds(r))]
     return len(mine) >= batch and all(r.status == Status.NOT_APPLIED for r in mine)
 
 
@@ -156,16 +158,19 @@ def round_robin_scheduler(tasks: Sequence[Task], seed: int = 0) -> TaskScheduler
 def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,
                records: list[Record], on_record: Callable[[Task, Record], None],
                policy: PolicyFactory = RandomPolicy,
-               scheduler: TaskScheduler | None = None) -> None:
+               scheduler: TaskScheduler | None = None,
+               context: Context | None = None) -> None:
     """Spend `cfg.trials` new measurements in batches of `cfg.batch`; the scheduler picks
-    the task of each batch (round robin when none is given)."""
+    the task of each batch (round robin when none is given). With a `context`, records
+    measured elsewhere only train the policies: they set no best and do not count as
+    measured (the stages' search docstring)."""
     tunable = [t for t in tasks if t.tunable]
     if not tunable:
         return
     by_key = {t.key: t for t in tunable}
     scheduler = scheduler or round_robin_scheduler(tunable, cfg.seed)
     policies = {t.key: policy(t, cfg.seed) for t in tunable}
-    bests = best_by_task(records)
+    bests = best_by_task(records, context)
     for t in tunable:  # resume: the measurer and the scheduler know the best so far
         best = bests[t.key].latency_s if t.key in bests else None
         if best is not None and getattr(measurers[t.key], "best_s", None) is None:
@@ -173,14 +178,15 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
         if any(r.task_key == t.key for r in records):
             scheduler.update(t.key, best if best is not None else math.inf)
     # Resume: programs already in the records are never proposed again.
-    measured = {t.key: {r.program_key for r in records if r.task_key == t.key} for t in tunable}
+    measured = {t.key: {r.program_key for r in records if r.task_key == t.key and
+                        (context is None or context.holds(r))} for t in tunable}
     spent = 0
     while spent < cfg.trials:
         key = scheduler.next_task()
         if key is None:
             break
         task = by_key[key]
-        if _never_applies(task, records, cfg.batch):
+        if _never_applies(task, records, cfg.batch, context):
             scheduler.stop(key)  # the library's matcher does not recognise this dispatch
             continue
         n = min(cfg.batch, cfg.trials - spent)
@@ -196,7 +202,7 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
             records.append(r)
             on_record(task, r)
         spent += len(progs)
-        b = best_by_task(records).get(key)
+        b = best_by_task(records, context).get(key)
         scheduler.update(key, b.latency_s if b else math.inf)
 
 

@@ -1,16 +1,13 @@
-"""Where the IREE tools are, and how to run one isolated (timeout, memory cap, own group)."""
+"""Where the IREE tools are, and the compile flags of a target."""
 from __future__ import annotations
 
-import os
-import resource
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import iree.compiler
 import iree.runtime
 
+from mlir_ansor.errors import ToolchainError
 from mlir_ansor.targets import get_target
 
 
@@ -18,7 +15,8 @@ def _tool(pkg_dir: Path, name: str) -> str:
     for p in (pkg_dir / "_mlir_libs" / name, pkg_dir / "_runtime_libs" / name):
         if p.exists():
             return str(p)
-    raise FileNotFoundError(f"IREE tool {name} not found under {pkg_dir}")
+    raise ToolchainError(f"IREE tool {name} not found under {pkg_dir}: reinstall "
+                         "iree-base-compiler and iree-base-runtime (make test sets them up)")
 
 
 @dataclass(frozen=True)
@@ -42,31 +40,3 @@ def target_flags(target: str) -> tuple[str, ...]:
     """iree-compile flags of a target name or target file (see mlir_ansor.targets); an
     unknown one raises TargetError (a ValueError) naming it and the supported ones."""
     return get_target(target).compile_flags()
-
-
-@dataclass(frozen=True)
-class RunResult:
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-
-def run_isolated(cmd: list[str], timeout_s: float, mem_bytes: int | None = None,
-                 env: dict | None = None) -> RunResult:
-    """Run `cmd` in its own process group with an address-space cap; kill the group on timeout."""
-
-    def limit() -> None:
-        os.setsid()
-        if mem_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limit, env=env)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return RunResult(proc.returncode, out, err, False)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return RunResult(-9, out, err, True)

@@ -1,0 +1,209 @@
+"""Stage 5: what the user gets back. The best programs of each task are built, validated
+and re-timed against IREE's default side by side; strategies that clearly won go into the
+library, packed weight sites where their dispatches run faster; every model is built with
+them, checked against torch and timed against IREE's default end to end. A strategy that
+breaks a model is found by bisecting with that same whole check (build, applied, outputs)
+and dropped; IREE's default module is handed back where the tuned one is not faster.
+Each output folder gets `build.sh` (stock iree-compile rebuilds the handed-back module)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+from mlir_ansor.errors import CompileError, StrategiesNotApplied
+from mlir_ansor.transform_scripts.build_script import write_build_script
+from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.tuner.e2e import check_tuned, end_to_end, save_inputs, torch_reference
+from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
+from mlir_ansor.tuner.records import top_programs
+from mlir_ansor.tuner.reporters import Note
+from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState
+from mlir_ansor.tuner.tasks import dispatch_keys
+from mlir_ansor.tuner.toolchain import target_flags
+
+T = TypeVar("T")
+LIBRARY = "tuned_library.mlir"
+REJECTED_LIBRARY = "tuned_library.rejected.mlir"
+
+
+def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> T | None:
+    """An entry that makes `fails` true on its own, given that all of `entries` together
+    do, by halving (each probe is a whole check, not just a compile: a strategy that
+    compiles but computes wrong results is found too). None if no half fails alone (only
+    a combination fails)."""
+    cands = list(entries)
+    while len(cands) > 1:
+        half, rest = cands[:len(cands) // 2], cands[len(cands) // 2:]
+        if fails(half):
+            cands = half
+        elif fails(rest):
+            cands = rest
+        else:
+            return None
+    return cands[0] if cands else None
+
+
+def retime_best(state: RunState) -> dict[str, tuple[float, float, object]]:
+    """Task key -> (default s, best s, best program) re-measured side by side."""
+    out = {}
+    for t in state.tunable:
+        top = top_programs(list(state.records), t.key, state.opts.top_k)
+        res = state.measurers[t.key].remeasure(top) if top else None
+        if res is None:
+            continue
+        default_s, tuned = res
+        ok = [(s, p) for s, p in zip(tuned, top) if s is not None]
+        if ok:
+            best_s, prog = min(ok, key=lambda x: x[0])
+            out[t.key] = (default_s, best_s, prog)
+    return out
+
+
+class _Export:
+    """The library and model forms being handed back, revised per model as strategies
+    that break it drop out (a strategy that fails in one model may serve another)."""
+
+    def __init__(self, state: RunState, timed: dict, winners: dict[str, object]):
+        self.state, self.timed, self.winners = state, timed, winners
+        self.sites = {name: tuple(choose_sites(f.alternatives, self.runs_s,
+                                               state.opts.min_speedup))
+                      for name, f in state.forms.items()}
+        self.present: dict[str, frozenset[str]] = {}
+        for m in state.models:
+            self.write_model(m)
+        self.entries: list[TunedEntry] = []
+        self.entry_key: dict[str, str] = {}  # task id -> task key
+        for t in state.tunable:
+            if t.key in winners and any(t.key in keys for keys in self.present.values()):
+                self.entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, winners[t.key],
+                                               t.view_mlir))
+                self.entry_key[t.task_id] = t.key
+        self.excluded: dict[str, set[str]] = {m.name: set() for m in state.models}
+        self.dropped: dict[str, str] = {}  # task id -> why
+
+    def runs_s(self, k: str) -> float | None:
+        """What runs for task k: its strategy where it won, else IREE's default."""
+        if k in self.timed:
+            d, b = self.timed[k]
+            return b if k in self.winners else d
+        return self.state.defaults.get(k)
+
+    def layout(self, name: str) -> ModelLayout:
+        return ModelLayout(self.state.forms[name].channels_last, self.sites[name])
+
+    def write_model(self, m: ModelIn) -> None:
+        st = self.state
+        path = m.dir / "model_tuned.mlir"
+        text = self.layout(m.name).apply((m.dir / "model.mlir").read_text())
+        self.present[m.name] = frozenset(
+            dispatch_keys(model_flow(text, path, st.opts.target, st.tools, 600))
+            if self.sites[m.name] else st.forms[m.name].plain_keys)
+        path.write_text(text)
+        save_layout(m.dir / "layout.json", self.layout(m.name))
+
+    def mine(self, name: str) -> list[TunedEntry]:
+        return [e for e in self.entries if self.entry_key[e.task_id] in self.present[name]
+                and e.task_id not in self.excluded[name]]
+
+    def kept(self) -> list[TunedEntry]:
+        return [e for e in self.entries if any(e in self.mine(n) for n in self.excluded)]
+
+    def drop(self, m: ModelIn, ids: set[str], why: str) -> None:
+        self.excluded[m.name] |= ids
+        self.dropped.update(dict.fromkeys(ids, why if self.state.single else
+                                          f"{why} ({m.name})"))
+        gone = {self.entry_key[i] for i in ids}
+        alts = self.state.forms[m.name].alternatives
+        keep = tuple(s for a in alts for s in a.sites  # no packed dispatch without its
+                     if s in self.sites[m.name] and not gone & {k for k, _ in a.added})
+        if keep != self.sites[m.name]:  # strategy: unpack
+            self.sites[m.name] = keep
+            self.write_model(m)
+
+
+def write_library(path: Path, entries: Sequence[TunedEntry]) -> Path | None:
+    if not entries:
+        path.unlink(missing_ok=True)
+        return None
+    path.write_text(library_text(list(entries)))
+    return path
+
+
+def model_e2e(state: RunState, ex: _Export, m: ModelIn):
+    """End-to-end check and timing of one model; drops the strategies that break it."""
+    cfg, tools = state.cfg, state.tools
+    forms = state.forms[m.name]
+    prebuilt = (m.dir / "e2e" / "layout" / "as_imported.vmfb"
+                if forms.activation and forms.activation.plain_s > 0 else None)
+    probe_dir = m.dir / "e2e" / "bisect"
+    for _ in range(len(ex.entries) + 1):  # every failed try drops at least one strategy
+        mine = ex.mine(m.name)
+        library = write_library(m.dir / LIBRARY, mine)
+        try:
+            return end_to_end(tools, m.model, m.inputs, m.dir / "model.mlir", library,
+                              m.dir / "e2e", cfg, [strategy_name(e.task_id) for e in mine],
+                              tuned_mlir=(m.dir / "model_tuned.mlir"
+                                          if ex.layout(m.name).changed else None),
+                              prebuilt_default=prebuilt)
+        except CompileError as err:
+            if not mine:
+                raise
+            if isinstance(err, StrategiesNotApplied):
+                # Matched alone, not inside the model: IREE's default stays there.
+                drop = {e.task_id for e in mine if strategy_name(e.task_id) in err.missing}
+                why = "not applied in the model: default kept"
+            else:
+                in_paths = save_inputs(m.inputs, probe_dir)
+                refs, mags = torch_reference(m.model, m.inputs)
+
+                def fails(subset: Sequence[TunedEntry]) -> bool:
+                    lib = write_library(probe_dir / "lib.mlir", subset)
+                    try:
+                        check_tuned(tools, m.dir / "model_tuned.mlir", lib, probe_dir / "m.vmfb",
+                                    cfg, [strategy_name(e.task_id) for e in subset],
+                                    in_paths, refs, mags)
+                        return False
+                    except CompileError:
+                        return True
+
+                culprit = find_culprit(mine, fails)
+                drop = {culprit.task_id} if culprit else {e.task_id for e in mine}
+                why = ("failed inside the model: default kept" if culprit else
+                       "failed inside the model together with others: default kept")
+            state.report(Note(f"the library failed on {m.name} ({str(err)[:200]}); exporting "
+                              f"again without {sorted(drop)}"))
+            ex.drop(m, drop, why)
+    raise CompileError(f"the tuned library still fails on {m.name} after dropping "
+                       f"{sorted(ex.dropped)}")
+
+
+def hand_back(state: RunState) -> RunState:
+    opts = state.opts
+    best = retime_best(state)
+    timed = {k: (d, b) for k, (d, b, _) in best.items()}
+    # Keep a strategy only where it clearly beat IREE's default on this machine.
+    winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
+    ex = _Export(state, timed, winners)
+    e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
+    wins = {}
+    flags = target_flags(opts.target)
+    for m in state.models:
+        changed = bool(e2es[m.name].applied) or ex.layout(m.name).changed
+        wins[m.name] = changed and e2es[m.name].tuned_s <= e2es[m.name].default_s
+        lib = m.dir / LIBRARY
+        if wins[m.name]:
+            write_build_script(m.dir, flags)
+        else:  # IREE's default is handed back: nothing may apply the library by accident
+            if lib.exists():
+                lib.replace(m.dir / REJECTED_LIBRARY)
+            write_build_script(m.dir, flags, model_file="model.mlir")
+    kept = ex.kept()
+    library = None
+    if not state.single and kept:  # all models' strategies, for a shared IREE build
+        library = write_library(state.out / LIBRARY, kept)
+    elif state.single and (state.models[0].dir / LIBRARY).exists():
+        library = state.models[0].dir / LIBRARY
+    hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
+                  dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins)
+    return replace(state, handback=hb)

@@ -1,0 +1,57 @@
+"""Stage 1: load each model from its factory and import it with torch-mlir (model.mlir)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from mlir_ansor.errors import FrontendError
+from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.stages.state import ModelIn, RunState
+
+
+def safe_dir_name(name: str) -> str:
+    """A directory name for a model spec (e.g. path/to/m.py:make)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def call_factory(name: str, factory: Callable) -> tuple:
+    """(model, inputs) from a user's factory, or a FrontendError saying what is wrong."""
+    import torch
+
+    try:
+        made = factory()
+    except Exception as e:  # user code: its error is the message, not our traceback
+        raise FrontendError(f"model factory {name} failed: {type(e).__name__}: {e}") from e
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise FrontendError(f"model factory {name} must return (model, example_inputs), "
+                            f"got {type(made).__name__}")
+    model, inputs = made
+    if not callable(model):
+        raise FrontendError(f"model factory {name}: the model is a {type(model).__name__}, "
+                            "not a callable torch module")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not (isinstance(inputs, (tuple, list)) and inputs and
+            all(isinstance(x, torch.Tensor) for x in inputs)):
+        raise FrontendError(f"model factory {name}: example_inputs must be a tuple of tensors")
+    return model, tuple(inputs)
+
+
+def load_models(state: RunState, factory: Callable | None = None) -> RunState:
+    names = list(state.opts.models or (state.opts.model,))
+    single = len(names) == 1
+    models = []
+    for name in names:
+        fac = factory if (factory and single) else load_factory(name)
+        model, inputs = call_factory(name, fac)
+        d = state.out if single else state.out / safe_dir_name(name)
+        models.append(ModelIn(name, model, inputs, Path(d)))
+    return replace(state, models=tuple(models))
+
+
+def import_models(state: RunState) -> RunState:
+    for m in state.models:
+        m.dir.mkdir(parents=True, exist_ok=True)
+        (m.dir / "model.mlir").write_text(import_model(m.model, m.inputs))
+    return state

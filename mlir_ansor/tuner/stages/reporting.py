@@ -1,0 +1,169 @@
+"""Stage 6: the report: per-task table (trials, failures by status, share, default and tuned
+times), layout decisions, end-to-end tables, the tuning-curve plot; report.txt and
+report.json in the output folder."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+
+from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.report_plot import plot_tuning_curve
+from mlir_ansor.tuner.stages.state import RunState
+from mlir_ansor.tuner.status import Status
+
+
+def fmt_ms(s: float | None) -> str:
+    return f"{s * 1e3:.3f}" if s else "-"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def failures(records: list[Record]) -> dict[str, int]:
+    """Failed measurements per status (internal errors included: bugs of ours)."""
+    return dict(sorted(Counter(r.status.value for r in records if r.status != Status.OK)
+                       .items()))
+
+
+def task_rows(state: RunState) -> tuple[list[str], list[list], dict]:
+    hb, opts = state.handback, state.opts
+    tuned_ids = set(hb.entry_key)
+    in_model = set().union(*hb.present.values())
+    kept = {t.key: (min(hb.timed[t.key]) if t.task_id in tuned_ids else hb.timed[t.key][0])
+            if t.key in hb.timed else state.defaults.get(t.key) for t in state.tasks}
+    for t in state.tasks:  # only what the handed-back models run counts
+        if t.key not in in_model:
+            kept[t.key] = None
+    total = sum(t.weight * kept[t.key] for t in state.tasks if kept[t.key]) or 1.0
+    rows, fails = [], {}
+    for t in state.tasks:
+        d, b = hb.timed.get(t.key, (state.defaults.get(t.key), None))
+        mine = [r for r in state.records if r.task_key == t.key]
+        fails[t.task_id] = failures(mine)
+        status = "tuned" if t.task_id in tuned_ids else (
+            hb.dropped.get(t.task_id) or t.skip_reason or "default kept")
+        if t.key not in in_model:
+            status = (f"packed {t.layout_of}: not used" if t.layout_of
+                      else "replaced by a packed layout")
+        elif t.layout_of:
+            status = f"packed {t.layout_of}: {status}"
+        if t.tunable and t.key not in hb.timed:
+            status = "not tuned (no trials left)" if not mine else "no valid program"
+        speed = f"{d / b:.2f}x" if (b and d) else "-"
+        share = f"{100 * t.weight * kept[t.key] / total:.1f}%" if kept[t.key] else "-"
+        failed = ",".join(f"{k}:{n}" for k, n in fails[t.task_id].items()) or "-"
+        row = [t.task_id, t.name[:40], t.weight, f"{t.flops / 1e6:.1f}", len(mine), failed,
+               share, fmt_ms(d), fmt_ms(b), speed, status[:40]]
+        if not state.single:
+            row.insert(3, ",".join(m.name for m in state.models if m.name in state.usage[t.key]))
+        rows.append(row)
+    headers = ["task", "dispatch", "weight", "MFLOP", "trials", "failed", "share",
+               "default ms", "tuned ms", "speedup", "status"]
+    if not state.single:
+        headers.insert(3, "models")
+    return headers, rows, fails
+
+
+def layout_parts(state: RunState) -> list[str]:
+    hb, parts = state.handback, []
+    ids = {t.key: t.task_id for t in state.tasks}
+
+    def runs_s(k: str) -> float | None:
+        if k in hb.timed:
+            d, b = hb.timed[k]
+            return b if k in hb.entry_key.values() else d
+        return state.defaults.get(k)
+
+    def cost(pairs) -> float | None:
+        ms = [runs_s(k) for k, _ in pairs]
+        return None if None in ms else sum(m * n for m, (_, n) in zip(ms, pairs))
+
+    lrows = []
+    for name, f in state.forms.items():
+        for a in f.alternatives:
+            old, new = cost(a.removed), cost(a.added)
+            lrows.append([",".join(str(s.index) for s in a.sites), a.sites[0].op_name,
+                          ",".join(ids[k] for k, _ in a.removed),
+                          ",".join(ids[k] for k, _ in a.added), fmt_ms(old), fmt_ms(new),
+                          f"{old / new:.2f}x" if old and new else "-",
+                          "yes" if a.sites[0] in hb.sites[name] else "no"]
+                         + ([] if state.single else [name]))
+    if lrows:
+        parts.append("Layout rewrite of constant weights (what runs per site: tuned where it "
+                     "won, else IREE's default; packed sites are in model_tuned.mlir):\n" +
+                     table(["sites", "op", "plain tasks", "packed tasks", "plain ms",
+                            "packed ms", "speedup", "packed"]
+                           + ([] if state.single else ["model"]), lrows))
+    for name, f in state.forms.items():
+        a = f.activation
+        if a is None:
+            continue
+        cl_ms = fmt_ms(a.channels_last_s) if a.channels_last_s else "-"
+        parts.append(f"Activation layout of {name} (IREE's default builds, side by side): as "
+                     f"imported {fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
+                     + ("channels-last (model_tuned.mlir)" if a.channels_last
+                        else f"as imported ({a.why})"))
+    return parts
+
+
+def e2e_parts(state: RunState) -> list[str]:
+    hb, parts = state.handback, []
+    for m in state.models:
+        e = hb.e2e[m.name]
+        changed = bool(e.applied) or hb.layout(m.name, state.forms[m.name]).changed
+        rows = [["latency ms", fmt_ms(e.torch_s), fmt_ms(e.default_s), fmt_ms(e.tuned_s)],
+                ["speedup vs IREE default", f"{e.default_s / e.torch_s:.2f}x", "1.00x",
+                 f"{e.default_s / e.tuned_s:.2f}x"]]
+        same = "" if changed else " (no strategy beat IREE's default: tuned = default module)"
+        if changed and not hb.wins[m.name]:
+            same = (" (the tuned module is slower end to end: IREE's default module is the "
+                    "one handed back)")
+        parts.append(f"End to end (model {m.name}, outputs match torch, max abs error "
+                     f"{e.max_error:.2e}){same}:\n"
+                     + table(["", "torch eager (2 threads)", "IREE default", "tuned"], rows))
+    return parts
+
+
+def write_report(state: RunState) -> RunState:
+    hb, out = state.handback, state.out
+    headers, rows, fails = task_rows(state)
+    parts = [f"Per task ({state.opts.target}, {state.context.device_kind}):\n"
+             f"{table(headers, rows)}"]
+    internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
+    if internal:
+        parts.append(f"{internal} internal errors (bugs of mlir-ansor, not of the candidates: "
+                     "please report them with records.jsonl)")
+    parts += layout_parts(state) + e2e_parts(state)
+    measured = {}
+    for m in state.models:
+        e, tag = hb.e2e[m.name], ("" if state.single else f" {m.name}")
+        measured.update({f"IREE default{tag}": e.default_s, f"tuned{tag}": e.tuned_s,
+                         f"torch eager{tag}": e.torch_s})
+    names = [m.name for m in state.models]
+    plot_tuning_curve(out / "tuning_curve.png", list(state.records),
+                      {t.key: t.weight for t in state.tunable},
+                      {k: v for k, v in state.defaults.items() if v}, measured,
+                      f"{'+'.join(names)}: {len(state.records)} measurements")
+    parts += list(state.notes)
+    parts.append(f"Artifacts in {out}: records.jsonl, model.mlir, model_tuned.mlir, "
+                 f"{'tuned_library.mlir, ' if hb.library else ''}build.sh, e2e/tuned.vmfb, "
+                 "report.json, tuning_curve.png")
+    summary = "\n\n".join(parts)
+    (out / "report.txt").write_text(summary + "\n")
+    (out / "report.json").write_text(json.dumps({
+        "models": names, "target": state.opts.target,
+        "device_kind": state.context.device_kind,
+        "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
+                       failures=fails[r[0]]) for r in rows],
+        "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,
+                         "tuned_s": e.tuned_s, "applied": list(e.applied),
+                         "max_abs_error": e.max_error,
+                         "packed_sites": [s.index for s in hb.sites[m.name]],
+                         "channels_last": state.forms[m.name].channels_last,
+                         "handed_back": "tuned" if hb.wins[m.name] else "default"}
+                for m in state.models for e in [hb.e2e[m.name]]}}, indent=2))
+    return replace(state, summary=summary)

@@ -1,0 +1,94 @@
+"""Stage 4: spend the trials. The gradient task scheduler picks a task per round, the
+policy (evolutionary search on the cost model, or random) proposes programs, the measurer
+builds, validates and times them, and every record is appended at once.
+
+Records of another device kind or IREE version (a `--reuse` file, or an output folder
+moved to another machine) train the cost model and compete for export, where they are
+measured again; they never count as measured here: not in the budget, not as a task's
+best, not as "already measured"."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from mlir_ansor.errors import AnsorError
+from mlir_ansor.tuner.layouts import initial_latency
+from mlir_ansor.tuner.policies import POLICIES
+from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
+from mlir_ansor.tuner.reporters import Measured, TrialsPlanned
+from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, geomean_speedup,
+                                        latency_requirements, weighted_latency)
+from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks, with_hints, \
+    with_iree_seeds
+from mlir_ansor.tuner.stages.state import RunState
+from mlir_ansor.tuner.tasks import Task
+
+
+def load_records(state: RunState) -> tuple[list[Record], RecordStore]:
+    """This run's records (a resumed run's included) and the reused ones, of this target
+    and of the tunable tasks."""
+    store = RecordStore(state.out / "records.jsonl")
+    keys = {t.key for t in state.tunable}
+    records = [r for r in store.load() if r.target == state.opts.target]
+    for f in state.opts.reuse:
+        if not Path(f).is_file():
+            raise AnsorError(f"records file to reuse not found: {f}")
+        records += [r for r in RecordStore(f).load()
+                    if r.target == state.opts.target and r.task_key in keys]
+    return records, store
+
+
+def objective(state: RunState):
+    """f1-f4 of the paper over the models (f4: f1 with early stopping)."""
+    opts = state.opts
+    weights = {t.key: t.weight for t in state.tunable}
+    if opts.objective in ("f1", "f4"):
+        return weighted_latency(weights)
+    groups = {name: [k for k in weights if name in state.usage[k]] for name in state.forms}
+    per_model = {name: {k: state.usage[k][name] for k in ks} for name, ks in groups.items()}
+    flat = {f"{name}:{k}": n for name, ws in per_model.items() for k, n in ws.items()}
+    keyed = {name: [f"{name}:{k}" for k in ks] for name, ks in groups.items()}
+
+    def per_model_view(f):  # the objectives see one entry per (model, task)
+        return lambda g: f({mk: g[mk.split(":", 1)[1]] for mk in flat})
+
+    if opts.objective == "f2":
+        req = {name: opts.latency_requirement_s for name in groups}
+        return per_model_view(latency_requirements(keyed, flat, req))
+    reference = {name: sum(n * (state.defaults.get(k) or 0.0) for k, n in ws.items()) or 1.0
+                 for name, ws in per_model.items()}
+    return per_model_view(geomean_speedup(keyed, flat, reference))
+
+
+def search(state: RunState) -> RunState:
+    opts, tunable = state.opts, state.tunable
+    records, store = load_records(state)
+    here = [r for r in records if state.context.holds(r)]
+    keys = [t.key for t in tunable]
+    key_set = set(keys)
+    done = sum(1 for r in store.load() if r.task_key in key_set and state.context.holds(r))
+    state.report(TrialsPlanned(opts.trials, done))
+    by_key = {t.key: t for t in tunable}
+
+    def on_record(task: Task, r: Record) -> None:
+        best = best_by_task(here + [r], state.context).get(task.key)
+        if state.context.holds(r):
+            here.append(r)
+        state.report(Measured(task.task_id, r, best.latency_s if best else None))
+
+    alts = [a for f in state.forms.values() for a in f.alternatives]
+    cap = initial_latency(alts, state.defaults)
+    early = opts.early_stop or (3 if opts.objective == "f4" else 0)
+    scheduler = TaskScheduler(
+        keys, {k: by_key[k].flops for k in keys}, {k: loop_signature(by_key[k]) for k in keys},
+        {k: min(state.defaults.get(k) or 1.0, cap.get(k, math.inf)) for k in keys},
+        objective(state), SchedulerConfig(strategy=opts.scheduler, seed=opts.seed,
+                                          early_stop=early))
+    policy = POLICIES[opts.policy]
+    if opts.iree_seeds:
+        policy = with_iree_seeds(policy)
+    tune_tasks(tunable, state.measurers, store,
+               SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
+               records, on_record, with_hints(policy, opts.hints), scheduler, state.context)
+    return replace(state, records=tuple(records))

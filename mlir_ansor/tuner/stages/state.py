@@ -1,0 +1,89 @@
+"""The one value the stages pass on: what the run knows so far. Each stage returns a new
+`RunState` with its part filled in (`dataclasses.replace`); nothing else is shared."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
+from mlir_ansor.transform_scripts.library import TunedEntry
+from mlir_ansor.tuner.e2e import EndToEnd
+from mlir_ansor.tuner.layouts import ActivationChoice, Alternative, ModelLayout
+from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
+from mlir_ansor.tuner.records import Context, Record
+from mlir_ansor.tuner.reporters import Reporter
+from mlir_ansor.tuner.tasks import Task
+from mlir_ansor.tuner.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class ModelIn:
+    """A model to tune: the user's module, its example inputs, its output folder."""
+
+    name: str
+    model: Any  # torch.nn.Module
+    inputs: tuple
+    dir: Path
+
+
+@dataclass(frozen=True)
+class ModelForms:
+    """What the layout stage decided for one model, and the forms tasks come from."""
+
+    activation: ActivationChoice | None  # None: no NCHW conv, or not measured
+    channels_last: bool
+    base: Path  # the model file tuning starts from
+    plain_keys: frozenset[str]  # dispatch keys of `base`
+    alternatives: tuple[Alternative, ...]  # packable weight sites
+    packed_tasks: tuple[Task, ...]  # dispatches only a packed form has
+    flow: str  # `base` after dispatch formation
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """What the run gives back: per task the re-timed default and best, the library."""
+
+    timed: Mapping[str, tuple[float, float]]  # task key -> (default s, best program s)
+    entries: tuple[TunedEntry, ...]  # strategies in the library
+    entry_key: Mapping[str, str]  # task id -> task key, of the entries
+    sites: Mapping[str, tuple[PackSite, ...]]  # model -> packed weight sites
+    present: Mapping[str, frozenset[str]]  # model -> task keys its handed-back form runs
+    library: Path | None
+    e2e: Mapping[str, EndToEnd]
+    dropped: Mapping[str, str]  # task id -> why its strategy was taken out
+    wins: Mapping[str, bool]  # model -> the tuned module is the one handed back
+
+    def layout(self, model: str, forms: ModelForms) -> ModelLayout:
+        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())))
+
+
+@dataclass(frozen=True)
+class RunState:
+    opts: Any  # driver.TuneOptions
+    tools: Toolchain
+    cfg: MeasureConfig
+    context: Context  # where this run's measurements count
+    report: Reporter
+    models: tuple[ModelIn, ...] = ()
+    forms: Mapping[str, ModelForms] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # for the report (e.g. why a layout was skipped)
+    tasks: tuple[Task, ...] = ()
+    usage: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # key -> model -> n
+    measurers: Mapping[str, TaskMeasurer] = field(default_factory=dict)
+    defaults: Mapping[str, float | None] = field(default_factory=dict)  # IREE's, per task
+    records: tuple[Record, ...] = ()  # this run's (resumed included) and reused ones
+    handback: HandBack | None = None
+    summary: str = ""  # the printed report
+
+    @property
+    def out(self) -> Path:
+        return Path(self.opts.out)
+
+    @property
+    def single(self) -> bool:
+        return len(self.models) == 1
+
+    @property
+    def tunable(self) -> tuple[Task, ...]:
+        return tuple(t for t in self.tasks if t.tunable)

@@ -1,0 +1,49 @@
+"""Stage 3: one task per distinct dispatch over all models (and their packed forms), each
+prepared: IREE's default build of it gives the payload a strategy sees, the reference
+outputs and the baseline time."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mlir_ansor.errors import UnsupportedDispatch
+from mlir_ansor.tuner.measure import TaskMeasurer
+from mlir_ansor.tuner.stages.state import RunState
+from mlir_ansor.tuner.tasks import Task, extract_tasks
+
+
+def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str, dict]]:
+    """One task per distinct dispatch over all models (ids t0, t1, ... in first-seen order);
+    weight = calls per inference summed over the models. Also: weight per model per task."""
+    merged: dict[str, Task] = {}
+    usage: dict[str, dict[str, int]] = {}
+    for name, tasks in per_model.items():
+        for t in tasks:
+            usage.setdefault(t.key, {})[name] = t.weight
+            if t.key not in merged:
+                merged[t.key] = t
+    out = [replace(t, task_id=f"t{i}", weight=sum(usage[t.key].values()))
+           for i, t in enumerate(merged.values())]
+    return out, usage
+
+
+def form_tasks(state: RunState) -> RunState:
+    per_model = {name: extract_tasks(f.flow, state.opts.target) + list(f.packed_tasks)
+                 for name, f in state.forms.items()}
+    tasks, usage = merge_tasks(per_model)
+    measurers: dict[str, TaskMeasurer] = {}
+    defaults: dict[str, float | None] = {}
+    for i, t in enumerate(tasks):
+        if not t.tunable:
+            continue
+        m = TaskMeasurer(t, state.out / "tasks", state.tools, state.cfg, seed=state.opts.seed)
+        try:
+            m.prepare()  # re-reads the task on the payload codegen will see
+        except UnsupportedDispatch as e:  # no baseline or reference: left to IREE
+            tasks[i] = replace(t, skip_reason=str(e))
+            continue
+        tasks[i] = m.task
+        if m.task.tunable:
+            measurers[t.key] = m
+            defaults[t.key] = m.time_default()
+    return replace(state, tasks=tuple(tasks), usage=usage, measurers=measurers,
+                   defaults=defaults)
