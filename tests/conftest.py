@@ -111,3 +111,25 @@ def no_unexpected_internal_errors(request):
     new = INTERNAL_ERRORS[before:]
     if new and request.node.get_closest_marker("injects_internal_error") is None:
         pytest.fail(f"internal errors during the test: {new}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_internal_errors_in_records(tmp_path_factory):
+    """The same for tuning runs in child processes (the CLI tests): no record they wrote
+    may be an internal error."""
+    yield
+    import json
+
+    base = tmp_path_factory.getbasetemp()
+    bad = []
+    for f in base.rglob("records.jsonl"):
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            if '"internal_error"' in line:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("status") == "internal_error":
+                    bad.append(f"{f}:{n}: {rec.get('error', '')[:200]}")
+    if bad:
+        pytest.fail("internal errors recorded by tuning runs: " + "; ".join(bad[:5]))

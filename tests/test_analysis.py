@@ -93,7 +93,8 @@ def test_strided_depthwise_keeps_unit_strided_tiles():
     columns get a unit register tile; stride 1 leaves them free."""
     import random
 
-    from mlir_ansor.sketch_passes.annotation import annotate, unit_loops
+    from mlir_ansor.sketch_passes.annotation import annotate
+    from mlir_ansor.sketch_passes.loops import unit_loops
     from mlir_ansor.sketch_passes.rules import default_cpu_rules
     from mlir_ansor.sketch_passes.sketch import generate_sketches
 

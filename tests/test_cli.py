@@ -54,7 +54,8 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--objective", "f2"], "--latency-requirement-ms"),
     (["--early-stop", "-2"], "--early-stop"),
     (["--target", "tpu"], "unknown target 'tpu'"),
-    (["--target", "cuda"], "needs a runner with a GPU"),
+    (["--target", "cuda"], "(cuda-sm80): tuning needs a runner for that device"),
+    (["--target", "aarch64"], "(aarch64-neon): tuning needs a runner for that device"),
     (["--reuse", "nope.jsonl"], "records file to reuse not found: nope.jsonl"),
 ])
 def test_bad_options(out, args, says):

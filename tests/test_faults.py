@@ -1,6 +1,5 @@
 """Fault injection: a candidate that crashes, hangs or runs out of memory is recorded as
 such and the search goes on; a stopped tuner leaves no child behind."""
-import os
 import random
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.tuner.builder import LocalBuilder
-from mlir_ansor.tuner.runner import LocalRunner, RunInput
+from mlir_ansor.tuner.runner import LocalRunner
 from mlir_ansor.tuner.status import Status
 from tests.conftest import MATMUL, prepared_measurer
 

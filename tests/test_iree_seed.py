@@ -4,9 +4,10 @@ validate."""
 
 import pytest
 
-from mlir_ansor.sketch_passes.annotation import op_by_name, violations
+from mlir_ansor.sketch_passes.annotation import violations
+from mlir_ansor.sketch_passes.loops import op_by_name
 from mlir_ansor.sketch_passes.iree_seed import iree_tile_levels, seed_program, seed_programs
-from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
+from mlir_ansor.sketch_passes.program import ParallelStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.records import Record

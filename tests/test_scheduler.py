@@ -92,3 +92,28 @@ def test_no_valid_program_keeps_the_initial_latency():
     s = make(SchedulerConfig(), {"a": 1}, {"a": 0.2})
     s.update("a", math.inf)
     assert s.best() == {"a": 0.2}
+
+
+def test_cli_objectives_see_each_model_with_its_own_weights():
+    """--objective f1..f4 over several models: a task shared by two models counts with
+    each model's own number of calls."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.tuner.stages.searching import objective
+
+    tasks = (SimpleNamespace(key="k1", weight=2, tunable=True),
+             SimpleNamespace(key="k2", weight=3, tunable=True))
+    state = SimpleNamespace(tunable=tasks, usage={"k1": {"A": 2}, "k2": {"A": 1, "B": 2}},
+                            forms={"A": None, "B": None}, defaults={"k1": 1.0, "k2": 2.0})
+    g = {"k1": 0.5, "k2": 1.0}  # A: 2*0.5 + 1*1.0 = 2.0 s; B: 2*1.0 = 2.0 s
+
+    def f(name, **kw):
+        state.opts = SimpleNamespace(objective=name, latency_requirement_s=0.0, **kw)
+        return objective(state)(g)
+
+    assert f("f1") == pytest.approx(2 * 0.5 + 3 * 1.0)
+    assert f("f4") == f("f1")
+    state.opts = SimpleNamespace(objective="f2", latency_requirement_s=3.0)
+    assert objective(state)(g) == pytest.approx(3.0 + 3.0)  # both under the requirement
+    # f3: defaults A = 2*1 + 1*2 = 4 s, B = 2*2 = 4 s: both 2x faster -> -2
+    assert f("f3") == pytest.approx(-2.0)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.analysis import strided_window_loops
+from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu, gpu_violations, repair_gpu
+from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -67,35 +69,6 @@ def annotation_limits(target: Target | None = None) -> AnnotationLimits:
     return DEFAULT_LIMITS if target is None else _limits_of(target)
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
-    for o in ops:
-        if o.name == name:
-            return o
-    raise KeyError(f"no op named {name}")
-
-
-def window_loops(op: OpInfo) -> set[int] | None:
-    """Loops that appear in a compound (window) index expression; None if there is none."""
-    loops = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
-    return loops or None
-
-
-def window_rows(op: OpInfo) -> set[int]:
-    """Output loops of all window expressions but the last (e.g. the output row of a 2-D
-    convolution): their innermost tile is 1 so the convolution decomposes to 1-D."""
-    rows: list[int] = []
-    for o in op.operands:
-        for t in o.map_results:
-            if len(t) > 1:
-                par = [d for d, _ in t if op.iterators[d] == "parallel"]
-                rows.extend(par[:1])
-    return set(rows[:-1])
-
-
 def whole_row_loops(ops: Sequence[OpInfo], sketch: Sketch) -> set[int]:
     """Plain sketches whose fused producers reduce rows (softmax, layer norm): the anchor's
     last loop stays whole in a workgroup, else every workgroup recomputes the rows."""
@@ -113,21 +86,6 @@ def reduction_vector_limit(sketch: Sketch, *, target: Target | None = None) -> i
     return annotation_limits(target).vector_lanes if sketch.rfactor else MAX_OTHER_INNER
 
 
-def batch_loops(op: OpInfo) -> set[int]:
-    """Parallel loops every operand is indexed by (the batch of a batch matmul)."""
-    used = [{d for t in o.map_results for d, _ in t} for o in op.operands if o.shape]
-    return {l for l in op.parallel_dims if all(l in u for u in used)} if used else set()
-
-
-def unit_loops(op: OpInfo) -> set[int]:
-    """Loops whose register tile is 1: window rows (see window_rows) and, for ops with a
-    reduction, batch loops (a batch dim in the register tile turns the vector contraction
-    into one the outer-product lowering unrolls for minutes), and loops read with a stride
-    by a folded window op (see strided_window_loops)."""
-    return (window_rows(op) | strided_window_loops(op) |
-            (batch_loops(op) if op.reduction_dims else set()))
-
-
 def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
     """Largest innermost tile of parallel loop `loop` of `op`: vector lanes along the
     output's contiguous dim, MAX_OTHER_INNER along the others."""
@@ -136,7 +94,6 @@ def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
         else MAX_OTHER_INNER
 
 
-_inner_limit = inner_limit  # the name iree_seed imports
 
 
 def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int) -> tuple[int, ...]:
@@ -156,7 +113,6 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
              target: Target | None = None) -> Program:
     """One random complete program of `sketch` for `target` (see the module docstring)."""
     if sketch.gpu:
-        from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu  # (imports this)
         return annotate_gpu(ops, sketch, rng, target=target)
     lim = annotation_limits(target)
     prog = Program(sketch)
@@ -172,7 +128,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
             needs_local = sketch.fuse_consumer or sketch.cache_write
             if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and (
                     not needs_local or local <= MAX_LOCAL_TILE) and \
-                    _map_store_fits(ops, sketch, root, splits):
+                    map_store_fits(ops, sketch, root, splits):
                 break
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
@@ -208,7 +164,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
             splits = {l: (anchor.extents[l],) if l in whole else _sample_levels(
                 rng, anchor.extents[l], 1, inner_limit(anchor, l, target=target))
                 for l in anchor.parallel_dims}
-            if _map_store_fits(ops, sketch, anchor, splits):
+            if map_store_fits(ops, sketch, anchor, splits):
                 break
         for l in anchor.parallel_dims:
             prog = prog.with_step(SplitStep(anchor.name, l, splits[l]))
@@ -242,16 +198,6 @@ def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,
             for i in range(n)] if sketches else []
 
 
-def _eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
-    """Parallel loops whose outermost (workgroup) level has more than one iteration."""
-    out = []
-    for l in op.parallel_dims:
-        s = prog.split(op.name, l)
-        if s is not None and op.extents[l] // math.prod(s.lengths) > 1:
-            out.append(l)
-    return out
-
-
 def unroll_choices(op: OpInfo, prog: Program) -> list[int]:
     """Unroll factors that divide the trip count of the innermost reduction loop."""
     last = [prog.split(op.name, l).lengths for l in op.reduction_dims
@@ -261,7 +207,7 @@ def unroll_choices(op: OpInfo, prog: Program) -> list[int]:
     return [f for f in UNROLL_CHOICES if trip % f == 0]
 
 
-def _map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
+def map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
                     splits: dict[int, tuple[int, ...]],
                     parallel: Sequence[int] | None = None) -> bool:
     """An output written through a map_store leaves the workgroup tile of the anchor and of
@@ -287,7 +233,6 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
     measured."""
     sk = prog.sketch
     if sk.gpu:
-        from mlir_ansor.sketch_passes.gpu_annotation import gpu_violations  # (imports this)
         return gpu_violations(ops, prog, target=target)
     lim = annotation_limits(target)
     base = op_by_name(ops, sk.root or sk.anchor)
@@ -335,11 +280,11 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         if u is None or u.factor not in unroll_choices(base, prog):
             errs.append("unroll factor does not divide the reduction trip count")
     par = prog.find(ParallelStep, base.name)
-    if not _map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
+    if not map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
                                            for l in base.parallel_dims},
                            par.loops if par else None):
         errs.append("workgroup tile too large for a map_store output")
-    eligible = _eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog)
     if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
             any(l not in eligible for l in par.loops):
         errs.append("parallel loops must have an outer extent > 1 (at most 3)")
@@ -353,9 +298,8 @@ def repair(ops: Sequence[OpInfo], prog: Program) -> Program:
     sk = prog.sketch
     base = op_by_name(ops, sk.root or sk.anchor)
     if sk.gpu:
-        from mlir_ansor.sketch_passes.gpu_annotation import repair_gpu  # (imports this)
         return repair_gpu(ops, prog)
-    eligible = _eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog)
     steps = []
     for s in prog.steps:
         if isinstance(s, ParallelStep) and s.op == base.name:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import divisors, op_by_name, window_loops
+from mlir_ansor.sketch_passes.loops import divisors, op_by_name, window_loops
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.loops import op_by_name
 from mlir_ansor.sketch_passes.program import Program, SplitStep, UnrollStep
 
 

@@ -17,11 +17,11 @@ from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, tileable_ops
-from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, _eligible_parallel,
-                                                 _inner_limit, _map_store_fits, divisors,
-                                                 op_by_name, reduction_vector_limit,
-                                                 unit_loops, violations, whole_row_loops,
-                                                 window_loops)
+from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, inner_limit,
+                                                 map_store_fits, reduction_vector_limit,
+                                                 violations, whole_row_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -63,7 +63,7 @@ def _fit_map_store(ops: Sequence[OpInfo], sketch: Sketch, base: OpInfo,
     written through a map_store fits our stack rule: IREE's own pipeline keeps less on the
     stack than a strategy does, so its workgroup tile may be too large for us."""
     splits = dict(splits)
-    while not _map_store_fits(ops, sketch, base, splits):
+    while not map_store_fits(ops, sketch, base, splits):
         l = max(base.parallel_dims, key=lambda d: splits[d][0])
         n = splits[l][0]
         if n == 1:
@@ -96,7 +96,7 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
         for l in base.parallel_dims:
             ext = base.extents[l]
             wg = _largest_divisor(ext, at(dist, l) or ext)
-            limit = 1 if l in unit else _inner_limit(base, l)
+            limit = 1 if l in unit else inner_limit(base, l)
             reg = _largest_divisor(wg, min(at(vec, l) or 1, limit))
             # Workgroup tile -> register tiles directly (IREE's two parallel levels).
             splits[l] = (wg // reg, 1, reg)
@@ -117,9 +117,9 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
         for l in base.parallel_dims:
             ext = base.extents[l]
             tile = ext if l in whole else _largest_divisor(
-                ext, min(at(dist, l) or ext, _inner_limit(base, l)))
+                ext, min(at(dist, l) or ext, inner_limit(base, l)))
             prog = prog.with_step(SplitStep(base.name, l, (tile,)))
-    eligible = _eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog)
     prog = prog.with_step(ParallelStep(base.name, tuple(eligible[:MAX_WORKGROUP_DIMS])))
     if sketch.root:
         prog = prog.with_step(UnrollStep(base.name, 1))

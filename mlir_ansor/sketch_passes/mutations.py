@@ -11,9 +11,9 @@ import random
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, _eligible_parallel,
-                                                 op_by_name, repair, unroll_choices,
+from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, repair, unroll_choices,
                                                  violations)
+from mlir_ansor.sketch_passes.loops import eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
 
 
@@ -82,7 +82,7 @@ def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random) ->
     """Change how many outer loops are distributed over workgroups (parallel granularity)."""
     base = _base(ops, prog)
     par = prog.find(ParallelStep, base.name)
-    eligible = _eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog)
     choices = [k for k in range(1, min(len(eligible), MAX_WORKGROUP_DIMS) + 1)
                if par is None or k != len(par.loops)]
     if par is None or not choices:

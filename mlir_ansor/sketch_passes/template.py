@@ -13,9 +13,9 @@ import random
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
-from mlir_ansor.sketch_passes.annotation import (annotation_limits, divisors, inner_limit,
-                                                 op_by_name, sample_unmeasured, window_loops,
-                                                 window_rows)
+from mlir_ansor.sketch_passes.annotation import (annotation_limits, inner_limit,
+                                                 sample_unmeasured)
+from mlir_ansor.sketch_passes.loops import divisors, op_by_name, window_loops, window_rows
 from mlir_ansor.sketch_passes.program import Program, SplitStep
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target

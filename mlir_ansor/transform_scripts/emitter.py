@@ -22,7 +22,7 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
-from mlir_ansor.sketch_passes.annotation import batch_loops, op_by_name
+from mlir_ansor.sketch_passes.loops import batch_loops, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -44,7 +44,7 @@ def _closure(ops: Sequence[OpInfo], idx: int) -> list[int]:
     return sorted(seen)
 
 
-class _Plan:
+class TilePlan:
     """Tile sizes per level, derived from the program's steps."""
 
     def __init__(self, ops: Sequence[OpInfo], program: Program):
@@ -121,7 +121,7 @@ class _Plan:
         return shape
 
 
-def _transposed_tiles(root: OpInfo, plan: "_Plan") -> list[tuple[int, int]]:
+def _transposed_tiles(root: OpInfo, plan: "TilePlan") -> list[tuple[int, int]]:
     """(lanes, reduction) register tiles of inputs read along a reduction loop but used
     along the vector lanes (e.g. the weight of nn.Linear, B[n, k]): the outer-product
     contraction transposes these tiles."""
@@ -170,7 +170,7 @@ def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
     return [loop_h]
 
 
-def _tile_last(op: OpInfo, plan: "_Plan", shape: Sequence[int]) -> int:
+def _tile_last(op: OpInfo, plan: "TilePlan", shape: Sequence[int]) -> int:
     """Extent of `op`'s last output dim inside the tile whose (root or anchor) output tile is
     `shape`: the tile of the base output dim of the same size (the last one if it fits),
     e.g. 2 for a row statistic tensor<128> under a 2x768 tile of a 128x768 output."""
@@ -232,7 +232,7 @@ def payload_handles(tb: tbm.TB, target: ir.Value, ops: Sequence[OpInfo]
 
 
 def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
-                         ops: Sequence[OpInfo], plan: _Plan) -> None:
+                         ops: Sequence[OpInfo], plan: TilePlan) -> None:
     """S0: one scf.forall over workgroups (blocks) on the anchor, every producer fused into
     it, consumers first; `h` is updated to the fused ops. An anchor written out through a
     map_store is tiled through it: the map_store (over the anchor's output dims) is the
@@ -256,7 +256,7 @@ def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
 
 
 def one_workgroup_reduction(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
-                            ops: Sequence[OpInfo], plan: _Plan) -> list[ir.Value]:
+                            ops: Sequence[OpInfo], plan: TilePlan) -> list[ir.Value]:
     """S0 of a full reduction to a scalar (a task of only its init and the reduction): no
     parallel loop to give workgroups, and IREE needs an scf.forall to map. The reduction
     becomes one partial result in a one-workgroup forall, merged after it: with a single
@@ -282,7 +282,7 @@ def dedupe_fused(h: dict[str, ir.Value], ops: Sequence[OpInfo], anchor: OpInfo) 
 
 def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%module)` at the current insertion point."""
-    plan = _Plan(ops, program)
+    plan = TilePlan(ops, program)
     sk = program.sketch
     seq = transform.NamedSequenceOp(name, [tbm.any_op()], [],
                                     arg_attrs=[{"transform.readonly": ir.UnitAttr.get()}])

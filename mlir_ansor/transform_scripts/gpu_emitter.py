@@ -22,7 +22,7 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_window_access
 from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.transform_scripts.emitter import (_Plan, chunk, dedupe_fused,
+from mlir_ansor.transform_scripts.emitter import (TilePlan, chunk, dedupe_fused,
                                                   payload_handles, workgroups_on_anchor)
 
 MAX_THREAD_REDUCTION = 16  # reduction chunk of a plain op inside one thread
@@ -75,7 +75,7 @@ def _distribute(target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
     return res.results[0]
 
 
-def _block_tiles(root: OpInfo, plan: _Plan) -> dict[int, int]:
+def _block_tiles(root: OpInfo, plan: TilePlan) -> dict[int, int]:
     """Per loop of the root, its extent inside one block and one reduction step."""
     block = plan.base_sizes(0)
     tiles = {}
@@ -119,7 +119,7 @@ def _chunk_others(tb: tbm.TB, h: dict[str, ir.Value], ops: Sequence[OpInfo],
 
 
 def _cross_thread(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value], ops: Sequence[OpInfo],
-                  plan: _Plan) -> tuple[list[int], list[str]]:
+                  plan: TilePlan) -> tuple[list[int], list[str]]:
     """Cross-thread reduction inside each block: the innermost reduction loop is split over
     `threads` (threadIdx.x); each thread reduces its slice `vector` elements per step into
     its slot of a partial-result tile (workgroup memory); after the barrier that ends the
@@ -167,7 +167,7 @@ def _cross_thread(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value], ops: Seque
 
 def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%func)` at the current insertion point."""
-    plan = _Plan(ops, program)
+    plan = TilePlan(ops, program)
     sk = program.sketch
     root = plan.root
     seq = transform.NamedSequenceOp(name, [tbm.any_op()], [],

@@ -16,7 +16,7 @@ from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, operand_path
 from mlir_ansor.dialect_helpers.transform_builder import any_op
-from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.loops import op_by_name
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import build_kernel_config, match_task_dag
 

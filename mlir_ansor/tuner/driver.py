@@ -20,7 +20,7 @@ from typing import Callable
 from mlir_ansor.dialect_helpers.layout_rewrite import DEFAULT_TILE
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
-from mlir_ansor.targets import TargetError, get_target
+from mlir_ansor.targets import TargetError, get_target, host
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
@@ -105,10 +105,11 @@ class TuneOptions:
             target = get_target(self.target)
         except TargetError as e:
             raise UsageError(str(e)) from e
-        if target.backend == "cuda":
-            raise UsageError(f"--target {self.target}: tuning needs a runner with a GPU, and "
-                             "none can be reached from here (cuda strategies can only be "
-                             "compile-checked on this machine)")
+        here = host()
+        if target.device_kind != here.device_kind:
+            raise UsageError(f"--target {self.target} ({target.device_kind}): tuning needs a "
+                             f"runner for that device, and this machine is "
+                             f"{here.device_kind} (no remote runner can be reached from here)")
 
 
 @dataclass(frozen=True)

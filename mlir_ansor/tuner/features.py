@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
-from mlir_ansor.sketch_passes.annotation import op_by_name
+from mlir_ansor.sketch_passes.loops import op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64

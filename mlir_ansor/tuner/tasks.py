@@ -15,6 +15,7 @@ from mlir_ansor.errors import CompileError, UnsupportedDispatch
 from mlir_ansor.sketch_passes.iree_seed import Levels, iree_tile_levels
 from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
+from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
@@ -105,7 +106,8 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
         ops = tuple(analyze_task(func_mlir))
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    sketches = tuple(generate_sketches(ops, rules_for(target), gpu=target == "cuda"))
+    sketches = tuple(generate_sketches(ops, rules_for(target),
+                                         gpu=get_target(target).backend == "cuda"))
     why = ""
     if not any(o.is_linalg for o in ops):
         why = "no linalg op (a copy): left to IREE"

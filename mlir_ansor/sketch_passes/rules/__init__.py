@@ -41,5 +41,7 @@ def default_gpu_rules() -> list[Rule]:
 
 
 def rules_for(target: str) -> list[Rule]:
-    """The default rule list of a codegen target."""
-    return default_gpu_rules() if target == "cuda" else default_cpu_rules()
+    """The default rule list of a codegen target (a name or target file: `targets`)."""
+    from mlir_ansor.targets import get_target
+
+    return default_gpu_rules() if get_target(target).backend == "cuda" else default_cpu_rules()

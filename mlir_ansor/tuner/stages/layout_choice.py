@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
+from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import save_inputs
 from mlir_ansor.tuner.layouts import alternatives, choose_activation_layout
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
@@ -20,7 +21,7 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     opts, tools = state.opts, state.tools
     notes = []
     base = m.dir / "model.mlir"
-    relayout = opts.layout_rewrite and opts.target != "cuda"
+    relayout = opts.layout_rewrite and get_target(opts.target).backend == "llvm-cpu"
     activation = None
     if relayout and channels_first_convs(base.read_text()):
         try:

@@ -30,7 +30,7 @@ def failures(records: list[Record]) -> dict[str, int]:
 
 
 def task_rows(state: RunState) -> tuple[list[str], list[list], dict]:
-    hb, opts = state.handback, state.opts
+    hb = state.handback
     tuned_ids = set(hb.entry_key)
     in_model = set().union(*hb.present.values())
     kept = {t.key: (min(hb.timed[t.key]) if t.task_id in tuned_ids else hb.timed[t.key][0])
