@@ -25,6 +25,7 @@ from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_n
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
+from mlir_ansor.targets import Target
 
 # Tile levels of one op: (level name, sizes per loop), e.g. ("distribution", (4, 28, 64, 0)).
 Levels = tuple[tuple[str, tuple[int, ...]], ...]
@@ -72,7 +73,8 @@ def _fit_map_store(ops: Sequence[OpInfo], sketch: Sketch, base: OpInfo,
     return splits
 
 
-def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Program | None:
+def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels, *,
+                 target: Target | None = None) -> Program | None:
     """The program of `sketch` whose tiles follow IREE's levels of its root (or, for a plain
     sketch, its anchor), rounded down to the sizes our annotation allows; None when the op
     carries no workgroup tiling or the result breaks a rule (`violations`)."""
@@ -96,7 +98,7 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
         for l in base.parallel_dims:
             ext = base.extents[l]
             wg = _largest_divisor(ext, at(dist, l) or ext)
-            limit = 1 if l in unit else inner_limit(base, l)
+            limit = 1 if l in unit else inner_limit(base, l, target=target)
             reg = _largest_divisor(wg, min(at(vec, l) or 1, limit))
             # Workgroup tile -> register tiles directly (IREE's two parallel levels).
             splits[l] = (wg // reg, 1, reg)
@@ -110,31 +112,33 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels) -> Progr
                 prog = prog.with_step(SplitStep(base.name, l, (_largest_divisor(
                     ext, at(red, l) or ext),)))
             else:
-                v = _largest_divisor(ext, min(at(red, l) or ext, reduction_vector_limit(sketch)))
+                v = _largest_divisor(ext, min(at(red, l) or ext,
+                                              reduction_vector_limit(sketch, target=target)))
                 prog = prog.with_step(SplitStep(base.name, l, (ext, v)))
     else:
         whole = whole_row_loops(ops, sketch)
         for l in base.parallel_dims:
             ext = base.extents[l]
             tile = ext if l in whole else _largest_divisor(
-                ext, min(at(dist, l) or ext, inner_limit(base, l)))
+                ext, min(at(dist, l) or ext, inner_limit(base, l, target=target)))
             prog = prog.with_step(SplitStep(base.name, l, (tile,)))
     eligible = eligible_parallel(base, prog)
     prog = prog.with_step(ParallelStep(base.name, tuple(eligible[:MAX_WORKGROUP_DIMS])))
     if sketch.root:
         prog = prog.with_step(UnrollStep(base.name, 1))
     prog = prog.with_step(VectorizeStep(base.name))
-    return None if violations(ops, prog) else prog
+    return None if violations(ops, prog, target=target) else prog
 
 
 def seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
-                  levels: Sequence[Levels]) -> list[Program]:
+                  levels: Sequence[Levels], *, target: Target | None = None) -> list[Program]:
     """One seed per sketch that admits one, in sketch order, without duplicates."""
     if len(levels) != len(ops):
         return []  # the payload was rewritten before analysis (e.g. a decomposed softmax)
     out: list[Program] = []
     for sk in sketches:
-        p = seed_program(ops, sk, levels[op_by_name(ops, sk.root or sk.anchor).index])
+        p = seed_program(ops, sk, levels[op_by_name(ops, sk.root or sk.anchor).index],
+                         target=target)
         if p is not None and p not in out:
             out.append(p)
     return out

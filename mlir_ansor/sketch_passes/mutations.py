@@ -15,6 +15,7 @@ from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, repair, unr
                                                  violations)
 from mlir_ansor.sketch_passes.loops import eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
+from mlir_ansor.targets import Target
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -54,12 +55,13 @@ def _base(ops: Sequence[OpInfo], prog: Program) -> OpInfo:
     return op_by_name(ops, prog.sketch.root or prog.sketch.anchor)
 
 
-def _checked(ops: Sequence[OpInfo], prog: Program) -> Program | None:
+def _checked(ops: Sequence[OpInfo], prog: Program, target: Target | None) -> Program | None:
     prog = repair(ops, prog)
-    return None if violations(ops, prog) else prog
+    return None if violations(ops, prog, target=target) else prog
 
 
-def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
+                     target: Target | None = None) -> Program | None:
     """Move one prime factor of a split loop from one level to another (the outermost,
     implicit level = extent / product of the lengths, included)."""
     base = _base(ops, prog)
@@ -75,10 +77,11 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -
     dst = rng.choice([i for i in range(len(levels)) if i != src])
     levels[src] //= p
     levels[dst] *= p
-    return _checked(ops, _replace(prog, step, from_levels(base, step, levels)))
+    return _checked(ops, _replace(prog, step, from_levels(base, step, levels)), target)
 
 
-def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
+                    target: Target | None = None) -> Program | None:
     """Change how many outer loops are distributed over workgroups (parallel granularity)."""
     base = _base(ops, prog)
     par = prog.find(ParallelStep, base.name)
@@ -89,20 +92,21 @@ def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random) ->
         return None
     new = ParallelStep(par.op, tuple(eligible[:rng.choice(choices)]))
     prog = _replace(prog, par, new)
-    return None if violations(ops, prog) else prog
+    return None if violations(ops, prog, target=target) else prog
 
 
-def mutate_unroll(ops: Sequence[OpInfo], prog: Program, rng: random.Random) -> Program | None:
+def mutate_unroll(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
+                  target: Target | None = None) -> Program | None:
     base = _base(ops, prog)
     u = prog.find(UnrollStep, base.name)
     choices = [f for f in unroll_choices(base, prog) if u is not None and f != u.factor]
     if not choices:
         return None
     prog = _replace(prog, u, UnrollStep(u.op, rng.choice(choices)))
-    return None if violations(ops, prog) else prog
+    return None if violations(ops, prog, target=target) else prog
 
 
-Mutation = Callable[[Sequence[OpInfo], Program, random.Random], "Program | None"]
+Mutation = Callable[..., "Program | None"]  # (ops, program, rng, *, target)
 # Ansor's weights (TVM: tile size 0.90, unroll 0.04, compute location 0.05, parallel 0.01).
 # Our sketches have no flexible compute-location node yet, so its share goes to tile size.
 MUTATIONS: dict[str, tuple[Mutation, float]] = {
@@ -112,14 +116,14 @@ MUTATIONS: dict[str, tuple[Mutation, float]] = {
 }
 
 
-def mutate(ops: Sequence[OpInfo], prog: Program, rng: random.Random,
-           tries: int = 8) -> Program | None:
+def mutate(ops: Sequence[OpInfo], prog: Program, rng: random.Random, tries: int = 8, *,
+           target: Target | None = None) -> Program | None:
     """One random mutation (by the weights above) that yields a valid, different program."""
     names = list(MUTATIONS)
     weights = [MUTATIONS[n][1] for n in names]
     for _ in range(tries):
         fn = MUTATIONS[rng.choices(names, weights)[0]][0]
-        child = fn(ops, prog, rng)
+        child = fn(ops, prog, rng, target=target)
         if child is not None and child.key != prog.key:
             return child
     return None
@@ -131,7 +135,7 @@ def _genes(prog: Program) -> dict[tuple, Step]:
 
 
 def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
-              tries: int = 8) -> Program | None:
+              tries: int = 8, *, target: Target | None = None) -> Program | None:
     """Node-based crossover: for each DAG node (op) with steps, take all of that node's steps
     from one parent. When only one node carries steps (our multi-level tiled root), the
     node's own decisions are crossed per loop instead: each loop's split from either parent.
@@ -150,7 +154,7 @@ def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
             take_b = {k for k in ga if rng.random() < 0.5}
         raw = Program(a.sketch, tuple(gb[k] if k in take_b else ga[k] for k in ga))
         # Keep the parents' own parallel/unroll genes where they still fit the tiles.
-        child = raw if not violations(ops, raw) else _checked(ops, raw)
+        child = raw if not violations(ops, raw, target=target) else _checked(ops, raw, target)
         if child is not None and child.key not in (a.key, b.key):
             return child
     return None

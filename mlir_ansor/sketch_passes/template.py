@@ -18,7 +18,7 @@ from mlir_ansor.sketch_passes.annotation import (annotation_limits, inner_limit,
 from mlir_ansor.sketch_passes.loops import divisors, op_by_name, window_loops, window_rows
 from mlir_ansor.sketch_passes.program import Program, SplitStep
 from mlir_ansor.sketch_passes.sketch import Sketch
-from mlir_ansor.targets import Target
+from mlir_ansor.targets import Target, get_target
 from mlir_ansor.transform_scripts.tuning_spec import TEMPLATE_RULE
 
 MAX_REDUCTION_TILE = 64  # search space (as IREE's tuner), not a machine fact
@@ -73,7 +73,7 @@ class TemplatePolicy:
 
     def __init__(self, task, seed: int, *, target: Target | None = None):
         self.task = task
-        self.target = target
+        self.target = target or get_target(task.target)
         self.rng = random.Random(f"{seed}:{task.key}:template")
         self.sketch = template_sketch(task)
 

@@ -21,6 +21,7 @@ from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.tuner.cost_model import CostModel, CostModelConfig
 from mlir_ansor.tuner.records import Record
+from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.tasks import Task
 
 
@@ -43,12 +44,14 @@ class EvolutionPolicy:
         self.cfg = cfg
         self.rng = random.Random(f"{seed}:{task.key}:evo")
         self.model = CostModel(task.ops, replace(cfg.model, seed=seed))
+        self.target = get_target(task.target)
 
     def _random(self, n: int, exclude: set[str]) -> list[Program]:
         sketches, ops = self.task.sketches, self.task.ops
         return sample_unmeasured(
-            lambda: annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng),
-            n, exclude, 4, keep=lambda p: not violations(ops, p))
+            lambda: annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng,
+                             target=self.target),
+            n, exclude, 4, keep=lambda p: not violations(ops, p, target=self.target))
 
     def _select(self, pop: Sequence[Program], scores: np.ndarray, k: int) -> list[int]:
         w = np.maximum(scores, 0) + 1e-6
@@ -78,9 +81,9 @@ class EvolutionPolicy:
                 child = None
                 if r < cfg.crossover_prob:
                     b = pop[parents[2 * i + 1]]
-                    child = crossover(ops, a, b, self.rng)
+                    child = crossover(ops, a, b, self.rng, target=self.target)
                 elif r < cfg.crossover_prob + cfg.mutation_prob:
-                    child = mutate(ops, a, self.rng)
+                    child = mutate(ops, a, self.rng, target=self.target)
                 children.append(child or a)
             pop = children
         ranked = sorted(best.values(), key=lambda t: -t[0])

@@ -189,7 +189,7 @@ class TaskMeasurer:
             raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
                                       "executables")
         configured = dumps[0].read_text()
-        self.task = with_codegen_view(self.task, configured)
+        self.task = with_codegen_view(self.task, configured, self.task.target)
         self.pipeline = default_pipeline(configured)
         n_out = len(self.task.output_types)
         runner = self.cfg.runner(self.tools)  # the reference is always made here

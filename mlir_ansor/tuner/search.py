@@ -13,6 +13,7 @@ from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, vio
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.sketch_passes.iree_seed import seed_programs
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.records import Context, Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
 from mlir_ansor.tuner.status import Status
@@ -40,6 +41,7 @@ class RandomPolicy:
 
     def __init__(self, task: Task, seed: int, max_resample: int = 50):
         self.task = task
+        self.target = get_target(task.target)
         self.rng = random.Random(f"{seed}:{task.key}")
         self.max_resample = max_resample
 
@@ -47,7 +49,7 @@ class RandomPolicy:
         sketches = self.task.sketches
         return sample_unmeasured(
             lambda: annotate(self.task.ops, sketches[self.rng.randrange(len(sketches))],
-                             self.rng), n, measured, self.max_resample)
+                             self.rng, target=self.target), n, measured, self.max_resample)
 
 
 class HintedPolicy:
@@ -86,7 +88,8 @@ class IreeSeededPolicy:
         seeds: list[Program] = []
         if not any(r.task_key == self.task.key for r in records):
             seeds = [p for p in seed_programs(self.task.ops, self.task.sketches,
-                                              self.task.iree_levels)
+                                              self.task.iree_levels,
+                                              target=get_target(self.task.target))
                      if p.key not in measured][:n]
         return seeds + self.inner.propose(n - len(seeds), measured | {p.key for p in seeds},
                                           records)
@@ -134,7 +137,7 @@ def transferable(task: Task, tasks: Sequence[Task], records: list[Record], measu
     for r in ok:
         p = r.to_program()
         if p.key not in measured and p.sketch in task.sketches and p not in out and \
-                not violations(task.ops, p):
+                not violations(task.ops, p, target=get_target(task.target)):
             out.append(p)
         if len(out) == top:
             break

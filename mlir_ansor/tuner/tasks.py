@@ -39,6 +39,7 @@ class Task:
     view_mlir: str = ""  # the payload as codegen hands it over (set by with_codegen_view)
     layout_of: str = ""  # key of the task this one re-lays out (its weight packed), if any
     iree_levels: tuple[Levels, ...] = ()  # IREE's default tile levels per op (seeds)
+    target: str = "llvm-cpu"  # what the task is tuned for (a name or file: `targets`)
 
     @property
     def flops(self) -> int:
@@ -95,7 +96,7 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
         task = Task(task_id=f"t{i}", name=d.name, key=key, weight=e["weight"],
                     task_mlir=d.pattern.task_mlir if d.pattern else "",
                     module_mlir=d.module_mlir, input_types=d.input_types,
-                    output_types=d.output_types, skip_reason=d.skip_reason)
+                    output_types=d.output_types, skip_reason=d.skip_reason, target=target)
         tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
     return tasks
 
