@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mlir_ansor.dialect_helpers.layout_rewrite import DEFAULT_TILE
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import TargetError, get_target, host
@@ -62,7 +61,7 @@ class TuneOptions:
     # tuned next to the plain ones and used where faster; `layout_tile` lanes of the packed
     # loop.
     layout_rewrite: bool = True
-    layout_tile: int = DEFAULT_TILE
+    layout_tile: int | None = None  # None: the target's (layout_rewrite.pack_tile)
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
-from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
+from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import save_inputs
 from mlir_ansor.tuner.layouts import alternatives, choose_activation_layout
@@ -41,7 +41,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             # tasks (33 -> 72) and, at 600 trials, ended at 80.0 ms against 54.3 ms
             # without (IREE's default 232.3 ms in both runs).
             alts, packed = alternatives(base.read_text(), flow, m.dir, opts.target, tools,
-                                        FLOW_TIMEOUT_S, opts.layout_tile,
+                                        FLOW_TIMEOUT_S,
+                                        opts.layout_tile or pack_tile(get_target(opts.target)),
                                         convolutions=not channels_last)
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
