@@ -42,6 +42,18 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every process (those that end meanwhile are left out)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out.append((int(p.name), (p / "cmdline").read_bytes().decode(errors="replace")))
+            except OSError:
+                pass
+    return out
+
+
 def _script(tmp_path: Path, body: str) -> str:
     p = tmp_path / "tool.sh"
     p.write_text("#!/bin/sh\n" + textwrap.dedent(body))
@@ -118,3 +130,32 @@ def test_sigterm_kills_the_children_of_a_stopped_tuner(tmp_path):
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     time.sleep(0.2)
     assert not alive(child)
+
+
+def test_a_tuner_stopped_with_sigterm_exits_130_keeps_records_and_leaves_no_child(tmp_path):
+    """The CLI end to end: SIGTERM in the middle of the trials ends the run with its one
+    line and exit 130, every record already written stays valid, and no compile or run of
+    a candidate outlives it."""
+    import json
+    import signal
+
+    out = tmp_path / "out"
+    records = out / "records.jsonl"
+    model = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+    proc = subprocess.Popen([sys.executable, "-m", "mlir_ansor.tune", model, "--trials", "40",
+                             "--batch", "2", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (records.exists() and
+                                          len(records.read_text().splitlines()) >= 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("error: interrupted")
+    assert "Traceback" not in err
+    lines = records.read_text().splitlines()
+    assert 2 <= len(lines) < 40 and all(json.loads(l)["task_key"] for l in lines)
+    time.sleep(0.3)
+    left = [c for pid, c in processes() if str(out) in c and alive(pid)]
+    assert not left, left
