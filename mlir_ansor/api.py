@@ -24,6 +24,7 @@ from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.layouts import load_layout
 from mlir_ansor.tuner.measure import MeasureConfig
+from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
 
 
@@ -65,9 +66,10 @@ def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out
     return TunedModule(result.tuned_vmfb)
 
 
-def handed_back(out: Path, model_name: str | None = None) -> str:
-    """"tuned" or "default": which module an earlier run in `out` handed back (its
-    report.json); `model_name` picks one of several models tuned together."""
+def handed_back(out: Path, model_name: str | None = None) -> tuple[str, Path]:
+    """("tuned" or "default", the model's folder): which module an earlier run in `out`
+    handed back for the model (its report.json); `model_name` picks one of several models
+    tuned together, each in its own folder with its own library and layout."""
     report = Path(out) / "report.json"
     if not report.exists():
         raise AnsorError(f"{report} not found: no finished tuning run in {out}")
@@ -78,7 +80,8 @@ def handed_back(out: Path, model_name: str | None = None) -> str:
         model_name = next(iter(e2e))
     if model_name not in e2e:
         raise AnsorError(f"{out} has no model {model_name!r} ({sorted(e2e)})")
-    return e2e[model_name]["handed_back"]
+    folder = Path(out) if len(e2e) == 1 else Path(out) / safe_dir_name(model_name)
+    return e2e[model_name]["handed_back"], folder
 
 
 def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
@@ -93,11 +96,12 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
     build.mkdir(parents=True, exist_ok=True)
     src = build / "model.mlir"
     text = import_model(model, inputs)
-    library = out / "tuned_library.mlir"
-    if handed_back(out, model_name) == "tuned":
+    which, folder = handed_back(out, model_name)
+    library: Path | None = folder / "tuned_library.mlir"
+    if which == "tuned":
         # The run's layout again (channels-last, packed weights): its library matches those
         # dispatches.
-        text = load_layout(out / "layout.json").apply(text)
+        text = load_layout(folder / "layout.json").apply(text)
     else:
         library = None
     src.write_text(text)

@@ -42,6 +42,11 @@ class CompileError(AnsorError):
     exit_code = 6
 
 
+class DefaultModuleError(CompileError):
+    """IREE's default build of a model failed or does not match torch: no strategy of ours
+    is involved, so there is nothing to drop."""
+
+
 class StrategiesNotApplied(CompileError):
     """The model compiled, but some exported strategies matched no dispatch of it."""
 

@@ -110,7 +110,10 @@ class Target:
     @property
     def arch(self) -> str:
         """The architecture part of the triple (x86_64, aarch64); the backend for cuda."""
-        return self.triple.split("-")[0] if self.backend == "llvm-cpu" else self.backend
+        if self.backend != "llvm-cpu":
+            return self.backend
+        # A file describing this machine may give cpu "host" and no triple.
+        return self.triple.split("-")[0] if self.triple else platform.machine()
 
     @property
     def device_kind(self) -> str:

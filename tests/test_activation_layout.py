@@ -147,6 +147,7 @@ def test_programs_transfer_only_where_they_are_valid():
     from mlir_ansor.dialect_helpers.linalg_info import analyze_task
     from mlir_ansor.sketch_passes.rules import default_cpu_rules
     from mlir_ansor.sketch_passes.sketch import generate_sketches
+    from mlir_ansor.targets import DEFAULT_CPU
     from mlir_ansor.tuner.records import Record
     from mlir_ansor.tuner.search import transferable
     from mlir_ansor.tuner.tasks import Task
@@ -155,7 +156,9 @@ def test_programs_transfer_only_where_they_are_valid():
     stored = tuple(analyze_task((DATA / "conv_nhwc_map_store.mlir").read_text()))
     plain = tuple(dc_replace(o, map_stored=False) for o in stored)
     sketches = tuple(generate_sketches(stored, default_cpu_rules()))
-    task = lambda key, ops: Task(key, key, key, 1, "", "", (), (), ops, sketches)
+    # The target annotate uses without one: the check below is for the same machine.
+    task = lambda key, ops: Task(key, key, key, 1, "", "", (), (), ops, sketches,
+                                 target=DEFAULT_CPU.name)
     a, b = task("a", plain), task("b", stored)
     rng = random.Random(0)
     progs = [annotate(plain, sketches[0], rng) for _ in range(40)]

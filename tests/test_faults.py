@@ -159,3 +159,34 @@ def test_a_tuner_stopped_with_sigterm_exits_130_keeps_records_and_leaves_no_chil
     time.sleep(0.3)
     left = [c for pid, c in processes() if str(out) in c and alive(pid)]
     assert not left, left
+
+
+def test_a_signal_while_the_main_thread_waits_on_a_child_is_an_interrupt(tmp_path):
+    """The handler's KeyboardInterrupt reaches the caller even when it lands inside
+    run_isolated on the main thread (it was replaced by an exception the CLI did not
+    catch: a traceback and exit 1), and the child is killed."""
+    pidfile = tmp_path / "child.pid"
+    prog = textwrap.dedent(f"""
+        import os, signal, threading
+        from mlir_ansor.tuner.procs import run_isolated, stop_children_on_signals
+        stop_children_on_signals()
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        try:
+            run_isolated(["/bin/sh", "-c", "echo $$ > {pidfile}; exec sleep 300"], 600)
+        except KeyboardInterrupt as e:
+            print("interrupted", type(e).__name__)
+        """)
+    res = subprocess.run([sys.executable, "-c", prog], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.stdout.startswith("interrupted"), (res.stdout, res.stderr[-2000:])
+    time.sleep(0.2)
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_unreadable_benchmark_output_is_a_run_error(mm, built, tmp_path):
+    bench = _script(tmp_path, "echo 'not json'\n")
+    res = LocalRunner(mm.tools.run, bench).run(mm.run_input(built))
+    assert res.status == Status.RUN_ERROR and "unreadable benchmark output" in res.error
+    empty = _script(tmp_path, "echo '{\"benchmarks\": []}'\n")
+    res = LocalRunner(mm.tools.run, empty).run(mm.run_input(built))
+    assert res.status == Status.RUN_ERROR and "no repetition" in res.error

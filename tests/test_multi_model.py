@@ -5,6 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from mlir_ansor import api
+from tests.data.small_mlp import make, make_head
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "small_mlp.py"
 
@@ -21,3 +26,11 @@ def test_two_models_share_tasks(tmp_path):
     assert shared, report["tasks"]  # the 64->128+ReLU layer is one task for both
     assert all(t["weight"] == 2 for t in shared)
     assert res.stdout.count("End to end (model") == 2
+    # api.load of one model takes that model's own folder (its layout and library), as
+    # handed back.
+    for name, factory in ((f"{DATA}:make", make), (f"{DATA}:make_head", make_head)):
+        model, inputs = factory()
+        m = api.load(model, inputs, out, model_name=name)
+        np.testing.assert_allclose(m(*inputs), model(*inputs).detach().numpy(), rtol=1e-4,
+                                   atol=1e-4)
+

@@ -31,6 +31,7 @@ from mlir_ansor.examples import EXAMPLES
 from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_reference, torch_times
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
+from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
 from module_check import Built, checked, report_failure, run_tuner
 
@@ -39,16 +40,15 @@ def tuned_run(model: str, run_dir: Path, plain_src: Path) -> tuple[Path, Path | 
                                                                     list[str] | None]:
     """(model to compile, library or None, strategies expected applied or None = all of
     the library's) of an earlier tuner run on `model`."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in model)
+    report = run_dir / "report.json"
+    e2e = json.loads(report.read_text()).get("e2e", {}).get(model) if report.exists() else None
+    if e2e is not None and e2e.get("handed_back") == "default":
+        return plain_src, None, []  # the run handed back IREE's default build
+    safe = safe_dir_name(model)
     mdir = run_dir / safe if (run_dir / safe / "model.mlir").exists() else run_dir
     src = mdir / "model_tuned.mlir"  # with its packed weights / channels-last activations
-    lib = run_dir / "tuned_library.mlir"
-    expected = None
-    report = run_dir / "report.json"
-    if report.exists():
-        e2e = json.loads(report.read_text()).get("e2e", {}).get(model)
-        if e2e is not None:
-            expected = list(e2e["applied"])
+    lib = mdir / "tuned_library.mlir"  # the model's own strategies
+    expected = list(e2e["applied"]) if e2e is not None else None
     return (src if src.exists() else plain_src), (lib if lib.exists() else None), expected
 
 

@@ -51,6 +51,9 @@ def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
         return {**row, "failed": "report.json has no end-to-end result for it"}
     library = run_dir / "tuned_library.mlir"
     want = library_strategies(library) if library.exists() else set()
+    if e2e["handed_back"] == "default":  # the library is set aside (.rejected.mlir)
+        want = set(library_strategies(run_dir / "tuned_library.rejected.mlir")) \
+            if (run_dir / "tuned_library.rejected.mlir").exists() else set()
     if want != set(e2e["applied"]):
         return {**row, "failed": f"library strategies {sorted(want)} but the end-to-end "
                                  f"check applied {sorted(e2e['applied'])}"}

@@ -6,6 +6,7 @@ The search sees only the `Builder` protocol: a remote builder (Ray tasks) takes 
 `BuildInput`s: the library text travels, not our Python objects."""
 from __future__ import annotations
 
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class LocalBuilder:
         lib.write_text(item.library)
         artifact = item.out_dir / "cand.vmfb"
         configs = item.out_dir / "configs"
+        shutil.rmtree(configs, ignore_errors=True)  # an earlier build's dump must not vouch
+        artifact.unlink(missing_ok=True)
         use = ("--iree-codegen-transform-dialect-library" if item.kind == LibraryKind.STRATEGY
                else "--iree-codegen-tuning-spec-path")
         cmd = [self.compile_tool, str(item.source), *item.flags, "-o", str(artifact),

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mlir_ansor.errors import CompileError, StrategiesNotApplied
+from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
                                       compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -156,11 +156,14 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     refs, mags = torch_reference(model, inputs)
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
-    if prebuilt_default is not None and prebuilt_default.exists():
-        shutil.copyfile(prebuilt_default, default_vmfb)
-    else:
-        compile_model(tools, model_mlir, default_vmfb, cfg, None)
-    max_err = check_outputs(tools, default_vmfb, in_paths, refs, mags, out_dir, cfg)
+    try:
+        if prebuilt_default is not None and prebuilt_default.exists():
+            shutil.copyfile(prebuilt_default, default_vmfb)
+        else:
+            compile_model(tools, model_mlir, default_vmfb, cfg, None)
+        max_err = check_outputs(tools, default_vmfb, in_paths, refs, mags, out_dir, cfg)
+    except CompileError as e:
+        raise DefaultModuleError(f"IREE's default build of the model: {e}") from e
     applied: set[str] = set()
     same = library is None and tuned_mlir is None
     if same:  # nothing beat IREE's default: the tuned module is the default one

@@ -37,7 +37,7 @@ from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 from mlir_ansor.tuner.validation import absolute, index_bounds, outputs_match, random_inputs
 
 __all__ = ["MeasureConfig", "TaskMeasurer", "applied_strategies", "benchmark",
-           "compile_module", "lower_quartile", "median_time", "outputs_match", "run_outputs"]
+           "compile_module", "lower_quartile", "outputs_match", "run_outputs"]
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,6 @@ def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
     one iteration."""
     res = cfg.runner(tools).benchmark(vmfb, inputs, quick)
     return (list(res.samples_s), "") if res.status == Status.OK else (None, res.error)
-
-
-def median_time(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
-                cfg: MeasureConfig) -> float | None:
-    """Median of one `benchmark` run; None if it failed."""
-    times, _ = benchmark(tools, vmfb, inputs, cfg)
-    return statistics.median(times) if times else None
 
 
 def lower_quartile(times: Sequence[float]) -> float:
@@ -217,7 +210,8 @@ class TaskMeasurer:
                               extra=[TASK_RESUME_FLAG, *extra], **kw)
 
     def time_default(self) -> float | None:
-        return median_time(self.tools, self.default_vmfb, self.inputs, self.cfg)
+        """IREE's default build, timed by the same runner as the candidates."""
+        return self.runner.run(RunInput(self.default_vmfb, tuple(self.inputs))).latency_s
 
     def build_input(self, program: Program, out_dir: Path) -> BuildInput:
         """The candidate for the builder: our emitter's library for `program`."""

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
-class Interrupted(Exception):
-    """The tuner is shutting down: no new child process is started."""
+class Interrupted(KeyboardInterrupt):
+    """The tuner is shutting down: no new child process is started (a KeyboardInterrupt,
+    so that the CLI ends as for Ctrl-C, from any thread)."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class _Registry:
     """Process groups of live children."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Reentrant: the signal handler runs kill_all on the main thread, which may hold the
+        # lock in add or discard at that moment.
+        self.lock = threading.RLock()
         self.groups: set[int] = set()
         self.closed = False
 
@@ -75,18 +78,31 @@ def run_isolated(cmd: Sequence[str], timeout_s: float, mem_bytes: int | None = N
     proc = subprocess.Popen(capped(cmd, mem_bytes), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace",
                             start_new_session=True, env=env)
-    LIVE.add(proc.pid)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return ProcResult(proc.returncode, out, err, False)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return ProcResult(-signal.SIGKILL, out, err, True)
+        LIVE.add(proc.pid)
+        if LIVE.closed:  # kill_all ran between the check above and the registration
+            raise Interrupted("the tuner is stopping")
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+            return ProcResult(proc.returncode, out, err, False)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            out, err = proc.communicate()
+            return ProcResult(-signal.SIGKILL, out, err, True)
+    except BaseException:  # Ctrl-C, SIGTERM, shutdown: the child must not outlive us
+        _kill(proc)
+        raise
     finally:
         LIVE.discard(proc.pid)
         if LIVE.closed:  # killed by kill_all while we waited: not the candidate's fault
             raise Interrupted("the tuner is stopping")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def stop_children_on_signals() -> None:

@@ -124,10 +124,16 @@ class LocalRunner:
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
             return _failure(res, self.timeout_s)
-        data = json.loads(res.stdout)
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-        times = tuple(b["real_time"] * scale[b["time_unit"]] for b in data["benchmarks"]
-                      if b.get("run_type") == "iteration")
+        try:
+            data = json.loads(res.stdout)
+            times = tuple(b["real_time"] * scale[b["time_unit"]] for b in data["benchmarks"]
+                          if b.get("run_type") == "iteration")
+        except (ValueError, KeyError, TypeError) as e:  # the tool's output, not our state
+            return RunResult(Status.RUN_ERROR, (), f"unreadable benchmark output ({e!r}): "
+                                                   f"{res.stdout[-200:]}")
+        if not times:
+            return RunResult(Status.RUN_ERROR, (), "the benchmark reported no repetition")
         return RunResult(Status.OK, times)
 
     def time(self, item: RunInput) -> RunResult:

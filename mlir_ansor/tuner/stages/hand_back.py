@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from mlir_ansor.errors import CompileError, StrategiesNotApplied
+from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import check_tuned, end_to_end, save_inputs, torch_reference
@@ -47,8 +47,13 @@ def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> 
 def retime_best(state: RunState) -> dict[str, tuple[float, float, object]]:
     """Task key -> (default s, best s, best program) re-measured side by side."""
     out = {}
+    here = [r for r in state.records if state.context.holds(r)]
+    elsewhere = [r for r in state.records if not state.context.holds(r)]
     for t in state.tunable:
-        top = top_programs(list(state.records), t.key, state.opts.top_k)
+        # This run's best, and the best measured elsewhere (timings of another device do
+        # not rank against ours: both are measured again side by side).
+        top = top_programs(here, t.key, state.opts.top_k)
+        top += [p for p in top_programs(elsewhere, t.key, state.opts.top_k) if p not in top]
         res = state.measurers[t.key].remeasure(top) if top else None
         if res is None:
             continue
@@ -106,8 +111,9 @@ class _Export:
         return [e for e in self.entries if self.entry_key[e.task_id] in self.present[name]
                 and e.task_id not in self.excluded[name]]
 
-    def kept(self) -> list[TunedEntry]:
-        return [e for e in self.entries if any(e in self.mine(n) for n in self.excluded)]
+    def kept(self, wins: dict[str, bool]) -> list[TunedEntry]:
+        """The strategies of the models whose tuned module is handed back."""
+        return [e for e in self.entries if any(e in self.mine(n) for n in wins if wins[n])]
 
     def drop(self, m: ModelIn, ids: set[str], why: str) -> None:
         self.excluded[m.name] |= ids
@@ -146,6 +152,8 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                               tuned_mlir=(m.dir / "model_tuned.mlir"
                                           if ex.layout(m.name).changed else None),
                               prebuilt_default=prebuilt)
+        except DefaultModuleError:
+            raise  # IREE's own module: nothing of ours to drop
         except CompileError as err:
             if not mine:
                 raise
@@ -198,7 +206,11 @@ def hand_back(state: RunState) -> RunState:
             if lib.exists():
                 lib.replace(m.dir / REJECTED_LIBRARY)
             write_build_script(m.dir, flags, model_file="model.mlir")
-    kept = ex.kept()
+    kept = ex.kept(wins)
+    for e in ex.entries:
+        if e not in kept:
+            ex.dropped.setdefault(e.task_id, "won alone; the tuned model was slower end to "
+                                             "end: IREE's default handed back")
     library = None
     if not state.single and kept:  # all models' strategies, for a shared IREE build
         library = write_library(state.out / LIBRARY, kept)

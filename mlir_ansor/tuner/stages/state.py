@@ -45,7 +45,7 @@ class HandBack:
     """What the run gives back: per task the re-timed default and best, the library."""
 
     timed: Mapping[str, tuple[float, float]]  # task key -> (default s, best program s)
-    entries: tuple[TunedEntry, ...]  # strategies in the library
+    entries: tuple[TunedEntry, ...]  # strategies of the models whose tuned module won
     entry_key: Mapping[str, str]  # task id -> task key, of the entries
     sites: Mapping[str, tuple[PackSite, ...]]  # model -> packed weight sites
     present: Mapping[str, frozenset[str]]  # model -> task keys its handed-back form runs
