@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.status import Status, internal_error, is_out_of_memory
 
@@ -63,6 +64,16 @@ def applied_strategies(config_dir: Path) -> set[str]:
         for part in text.split("codegen_spec = @")[1:]:
             found.add(part.split(">")[0].split(",")[0].strip())
     return found
+
+
+def single_configuration(config_dir: Path, task_name: str) -> str:
+    """The configuration dump of a task module's one executable (UnsupportedDispatch if
+    IREE formed several: the task is not one dispatch)."""
+    dumps = sorted(Path(config_dir).glob("*.mlir"))
+    if len(dumps) != 1:
+        raise UnsupportedDispatch(f"{task_name}: the task module formed {len(dumps)} "
+                                  "executables")
+    return dumps[0].read_text()
 
 
 def was_applied(kind: LibraryKind, marker: str, config_dir: Path) -> bool:

@@ -9,11 +9,12 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from mlir_ansor.errors import CompileError, UnsupportedDispatch
+from mlir_ansor.errors import CompileError
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.builder import (CONFIG_DUMP_FLAG, BuildInput, BuildResult, LibraryKind,
-                                      LocalBuilder, emit_and_build, first_error_line)
+                                      LocalBuilder, emit_and_build, first_error_line,
+                                      single_configuration)
 from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import Task, with_codegen_view
@@ -36,10 +37,7 @@ def codegen_task(task: Task, workdir: Path, tools: Toolchain, target: str,
     if res.returncode != 0:
         raise CompileError(f"default {target} build of {task.name} failed: "
                            f"{first_error_line(res.stderr)}")
-    dumps = sorted(cfg.glob("*.mlir"))
-    if len(dumps) != 1:
-        raise UnsupportedDispatch(f"{task.name}: the task module formed {len(dumps)} executables")
-    return with_codegen_view(task, dumps[0].read_text(), target)
+    return with_codegen_view(task, single_configuration(cfg, task.name), target)
 
 
 def check_programs(task: Task, programs: Sequence[Program], workdir: Path, tools: Toolchain,

@@ -28,7 +28,8 @@ from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lo
 from mlir_ansor.tuner import records as rec
 from mlir_ansor.tuner.builder import (CONFIG_DUMP_FLAG, Builder, BuildInput, BuildResult,
                                       LibraryKind, LocalBuilder, applied_strategies,
-                                      emit_and_build, first_error_line)
+                                      emit_and_build, first_error_line,
+                                      single_configuration)
 from mlir_ansor.tuner.procs import ProcResult, run_isolated
 from mlir_ansor.tuner.runner import LocalRunner, Runner, RunInput, Timing
 from mlir_ansor.tuner.status import Status
@@ -177,11 +178,7 @@ class TaskMeasurer:
         if res.returncode != 0:
             raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed: "
                                       f"{self._why(res)}")
-        dumps = sorted(cfg_dir.glob("*.mlir"))
-        if len(dumps) != 1:
-            raise UnsupportedDispatch(f"{self.task.name}: the task module formed {len(dumps)} "
-                                      "executables")
-        configured = dumps[0].read_text()
+        configured = single_configuration(cfg_dir, self.task.name)
         self.task = with_codegen_view(self.task, configured, self.task.target)
         self.pipeline = default_pipeline(configured)
         n_out = len(self.task.output_types)
