@@ -18,3 +18,23 @@ def test_plot_is_written(tmp_path):
     plot_tuning_curve(path, [rec("a", 0.5)], {"a": 1}, {"a": 1.0},
                       {"IREE default": 1.0, "tuned": 0.5}, "m")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_roofline_of_a_task():
+    from mlir_ansor.tuner.stages.reporting import roofline
+
+    assert roofline(2_000_000_000, 0.01, 400.0) == ("200.0", "50%")
+    assert roofline(2_000_000_000, 0.01, None) == ("200.0", "-")  # no peak measured
+    assert roofline(0, 0.01, 400.0) == ("-", "-")  # a copy: no flops
+
+
+def test_the_peak_is_measured_on_this_machine():
+    import shutil
+
+    from mlir_ansor.tuner.peak import measure_peak_gflops
+
+    peak = measure_peak_gflops()
+    if shutil.which("gcc") is None:
+        assert peak is None
+    else:  # any machine this runs on does at least a few GFLOP/s and not a petaflop
+        assert 5 < peak < 100_000

@@ -65,6 +65,7 @@ def test_stages_alone_with_a_custom_reporter(tmp_path):
     assert len(state.records) == 3 and state.records[0].device_kind == state.context.device_kind
     state = write_report(hand_back(state))
     assert "Per task" in state.summary and "End to end" in state.summary
+    assert "GFLOP/s" in state.summary and "f32 FMA peak measured now" in state.summary
     assert (tmp_path / "run" / "build.sh").exists() and (tmp_path / "run" / "report.json").exists()
     assert not any(isinstance(e, StageStarted) for e in rec.events)  # stages alone: no driver
 

@@ -5,7 +5,7 @@ re-timing of the top programs and its end-to-end check) under OUT/tune, optional
 the records of `tools/tuning_curve.py` runs (--records). Then builds IREE's default, IREE's
 data tiling and the tuned module, and times the five side by side (interleaved rounds,
 lower quartile of all repetitions), printed as GFLOP/s, ratios over IREE's default and
-shares of this machine's peak (measured with tools/peak_gflops.c when gcc is there).
+shares of this machine's peak (measured with mlir_ansor/tuner/peak_gflops.c when gcc is there).
 
 Nothing is timed unchecked (tools/module_check.py): every module must compile with exit 0,
 the tuned one must show its strategies applied in IREE's configuration dump, and every
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,29 +28,13 @@ import numpy as np
 from mlir_ansor.examples import matmul_1024
 from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
+from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.toolchain import Toolchain
 from module_check import (Built, CheckFailed, check_outputs, checked, report_failure,
                           run_tuner)
 
 N = 1024
 FLOP = 2 * N ** 3
-
-
-def peak_gflops(out: Path) -> float | None:
-    """Measured f32 FMA peak of all cores (None without gcc)."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        return None
-    exe = out / "peak_gflops"
-    src = Path(__file__).with_name("peak_gflops.c")
-    res = subprocess.run([gcc, "-O3", "-funroll-all-loops", "-march=native", "-ffp-contract=fast",
-                          "-fopenmp", str(src),
-                          "-o", str(exe)], capture_output=True, text=True)
-    if res.returncode != 0:
-        return None
-    run = subprocess.run([str(exe)], capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)})
-    return float(run.stdout.strip()) if run.returncode == 0 else None
 
 
 def tune_args(args: argparse.Namespace, tune_dir: Path) -> list[str]:
@@ -125,7 +107,7 @@ def main() -> int:
         for label, (fn, xs) in host.items():
             times[label] += torch_times(fn, xs, cfg)
     base = lower_quartile(times["IREE default"])
-    peak = peak_gflops(args.out)
+    peak = measure_peak_gflops()
     applied = sorted(modules["tuned"].applied) if "tuned" in modules else "-"
     print(f"\n1024^3 f32 matmul, {args.rounds} interleaved rounds (lower quartile of all "
           f"repetitions); strategies applied in the tuned module: {applied}")

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.stages.state import RunState
@@ -29,7 +30,15 @@ def failures(records: list[Record]) -> dict[str, int]:
                        .items()))
 
 
-def task_rows(state: RunState) -> tuple[list[str], list[list], dict]:
+def roofline(flops: int, seconds: float | None, peak: float | None) -> tuple[str, str]:
+    """(achieved GFLOP/s, share of the measured peak) of a task as it runs."""
+    if not flops or not seconds:
+        return "-", "-"
+    g = flops / seconds / 1e9
+    return f"{g:.1f}", (f"{100 * g / peak:.0f}%" if peak else "-")
+
+
+def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], list[list], dict]:
     hb = state.handback
     tuned_ids = set(hb.entry_key)
     in_model = set().union(*hb.present.values())
@@ -57,12 +66,13 @@ def task_rows(state: RunState) -> tuple[list[str], list[list], dict]:
         share = f"{100 * t.weight * kept[t.key] / total:.1f}%" if kept[t.key] else "-"
         failed = ",".join(f"{k}:{n}" for k, n in fails[t.task_id].items()) or "-"
         row = [t.task_id, t.name[:40], t.weight, f"{t.flops / 1e6:.1f}", len(mine), failed,
-               share, fmt_ms(d), fmt_ms(b), speed, status[:40]]
+               share, fmt_ms(d), fmt_ms(b), speed, *roofline(t.flops, kept[t.key], peak),
+               status[:40]]
         if not state.single:
             row.insert(3, ",".join(m.name for m in state.models if m.name in state.usage[t.key]))
         rows.append(row)
     headers = ["task", "dispatch", "weight", "MFLOP", "trials", "failed", "share",
-               "default ms", "tuned ms", "speedup", "status"]
+               "default ms", "tuned ms", "speedup", "GFLOP/s", "of peak", "status"]
     if not state.single:
         headers.insert(3, "models")
     return headers, rows, fails
@@ -130,9 +140,12 @@ def e2e_parts(state: RunState) -> list[str]:
 
 def write_report(state: RunState) -> RunState:
     hb, out = state.handback, state.out
-    headers, rows, fails = task_rows(state)
-    parts = [f"Per task ({state.opts.target}, {state.context.device_kind}):\n"
-             f"{table(headers, rows)}"]
+    peak = measure_peak_gflops()  # in this run: machines and their load change
+    headers, rows, fails = task_rows(state, peak)
+    peak_line = (f"f32 FMA peak measured now: {peak:.1f} GFLOP/s" if peak else
+                 "f32 FMA peak not measured (no gcc)")
+    parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
+             f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
     internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
     if internal:
         parts.append(f"{internal} internal errors (bugs of mlir-ansor, not of the candidates: "
@@ -156,7 +169,7 @@ def write_report(state: RunState) -> RunState:
     (out / "report.txt").write_text(summary + "\n")
     (out / "report.json").write_text(json.dumps({
         "models": names, "target": state.opts.target,
-        "device_kind": state.context.device_kind,
+        "device_kind": state.context.device_kind, "peak_gflops": peak,
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]]) for r in rows],
         "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,
