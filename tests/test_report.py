@@ -38,3 +38,21 @@ def test_the_peak_is_measured_on_this_machine():
         assert peak is None
     else:  # any machine this runs on does at least a few GFLOP/s and not a petaflop
         assert 5 < peak < 100_000
+
+
+def test_wall_time_accumulates_per_part():
+    import time
+
+    import pytest
+
+    from mlir_ansor.tuner.wall_time import WallTime
+
+    clock = WallTime()
+    for _ in range(2):
+        with clock.timing("compile"):
+            time.sleep(0.01)
+    assert clock.compile >= 0.02 and clock.measure == clock.train == clock.search == 0
+    assert clock.line().startswith("compile 0.0 s (100%), measure 0.0 s (0%)")
+    with pytest.raises(ValueError, match="unknown part"):
+        with clock.timing("lunch"):
+            pass

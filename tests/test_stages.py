@@ -63,9 +63,12 @@ def test_stages_alone_with_a_custom_reporter(tmp_path):
     assert planned == [TrialsPlanned(3, 0)] and len(measured) == 3
     assert all(e.record.status == Status.OK for e in measured), [e.record.error for e in measured]
     assert len(state.records) == 3 and state.records[0].device_kind == state.context.device_kind
+    clock = state.clock  # the measurers and the search filled it
+    assert clock.compile > 0 and clock.measure > 0 and clock.search > 0 and clock.train >= 0
     state = write_report(hand_back(state))
     assert "Per task" in state.summary and "End to end" in state.summary
     assert "GFLOP/s" in state.summary and "f32 FMA peak measured now" in state.summary
+    assert "Search wall time: compile" in state.summary
     assert (tmp_path / "run" / "build.sh").exists() and (tmp_path / "run" / "report.json").exists()
     assert not any(isinstance(e, StageStarted) for e in rec.events)  # stages alone: no driver
 

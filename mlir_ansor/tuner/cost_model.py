@@ -9,6 +9,7 @@ Until enough valid measurements exist it predicts random scores.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -59,6 +60,7 @@ class CostModel:
         self.booster: xgb.Booster | None = None
         self.rng = np.random.default_rng(cfg.seed)
         self._cache: dict[str, np.ndarray] = {}
+        self.train_s = 0.0  # wall time spent fitting (the report's "train")
 
     def features(self, program: Program) -> np.ndarray:
         f = self._cache.get(program.key)
@@ -100,7 +102,9 @@ class CostModel:
                                  obj=pack_sum_square_error)
 
     def fit_records(self, records: Sequence[Record]) -> None:
+        start = time.monotonic()
         self.fit([r.to_program() for r in records], normalized_throughputs(records))
+        self.train_s += time.monotonic() - start
 
     def predict(self, programs: Sequence[Program]) -> np.ndarray:
         """Scores (higher = faster); random until trained."""

@@ -46,6 +46,10 @@ class EvolutionPolicy:
         self.model = CostModel(task.ops, replace(cfg.model, seed=seed))
         self.target = get_target(task.target)
 
+    @property
+    def train_s(self) -> float:
+        return self.model.train_s
+
     def _random(self, n: int, exclude: set[str]) -> list[Program]:
         sketches, ops = self.task.sketches, self.task.ops
         return sample_unmeasured(

@@ -36,6 +36,7 @@ from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import Task, parse_tensor_type, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 from mlir_ansor.tuner.validation import absolute, index_bounds, outputs_match, random_inputs
+from mlir_ansor.tuner.wall_time import WallTime
 
 __all__ = ["MeasureConfig", "TaskMeasurer", "applied_strategies", "benchmark",
            "compile_module", "lower_quartile", "outputs_match", "run_outputs"]
@@ -135,8 +136,10 @@ class TaskMeasurer:
     Candidates go to `builder` and `runner` (local ones from `cfg` unless given)."""
 
     def __init__(self, task: Task, workdir: Path, tools: Toolchain, cfg: MeasureConfig,
-                 seed: int = 0, builder: Builder | None = None, runner: Runner | None = None):
+                 seed: int = 0, builder: Builder | None = None, runner: Runner | None = None,
+                 clock: WallTime | None = None):
         self.task, self.tools, self.cfg = task, tools, cfg
+        self.clock = clock or WallTime()  # compile and measure time of the candidates
         self.builder = builder or cfg.builder(tools)
         self.runner = runner or cfg.runner(tools)
         self.dir = Path(workdir) / task.task_id
@@ -276,13 +279,15 @@ class TaskMeasurer:
         """Build all (in parallel), then validate and time one at a time, yielding each
         record as soon as it is known (the caller appends it at once)."""
         tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
-        built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))])
+        with self.clock.timing("compile"):
+            built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))])
         env = rec.environment()
         for prog, b in zip(programs, built):
             status, err, samples = b.status, b.error, ()
             if status == Status.OK:
                 cutoff = None if self.best_s is None else self.cfg.slow_factor * self.best_s
-                res = self.runner.run(self.run_input(b.artifact, slow_cutoff_s=cutoff))
+                with self.clock.timing("measure"):
+                    res = self.runner.run(self.run_input(b.artifact, slow_cutoff_s=cutoff))
                 status, err, samples = res.status, res.error, res.samples_s
             latency = statistics.median(samples) if status == Status.OK else None
             if latency is not None:

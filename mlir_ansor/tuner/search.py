@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
@@ -18,6 +19,7 @@ from mlir_ansor.tuner.records import Context, Record, RecordStore, best_by_task
 from mlir_ansor.tuner.scheduler import SchedulerConfig, TaskScheduler
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import Task
+from mlir_ansor.tuner.wall_time import WallTime
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,12 @@ class Policy(Protocol):
     def propose(self, n: int, measured: set[str], records: Sequence[Record]) -> list[Program]:
         """`n` programs of the policy's task not in `measured`, given all records so far."""
         ...
+
+
+def train_seconds(policy: Policy) -> float:
+    """The share of a policy's proposing spent training a cost model (a policy that trains
+    one says so with a `train_s` attribute; wrappers forward their inner policy's)."""
+    return getattr(policy, "train_s", 0.0)
 
 
 PolicyFactory = Callable[[Task, int], Policy]  # (task, seed) -> policy
@@ -55,6 +63,10 @@ class RandomPolicy:
 class HintedPolicy:
     """A policy whose proposals obey a workload's AnnotationHints: the task's sketches are
     filtered, and proposals the hints reject are drawn again (bounded)."""
+
+    @property
+    def train_s(self) -> float:
+        return train_seconds(self.inner)
 
     def __init__(self, inner: Policy, task: Task, hints: AnnotationHints, seed: int,
                  rounds: int = 10, oversample: int = 4):
@@ -83,6 +95,10 @@ class IreeSeededPolicy:
 
     def __init__(self, inner: Policy, task: Task):
         self.inner, self.task = inner, task
+
+    @property
+    def train_s(self) -> float:
+        return train_seconds(self.inner)
 
     def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
         seeds: list[Program] = []
@@ -162,7 +178,7 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
                records: list[Record], on_record: Callable[[Task, Record], None],
                policy: PolicyFactory = RandomPolicy,
                scheduler: TaskScheduler | None = None,
-               context: Context | None = None) -> None:
+               context: Context | None = None, clock: WallTime | None = None) -> None:
     """Spend `cfg.trials` new measurements in batches of `cfg.batch`; the scheduler picks
     the task of each batch (round robin when none is given). With a `context`, records
     measured elsewhere only train the policies: they set no best and do not count as
@@ -195,7 +211,13 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
         n = min(cfg.batch, cfg.trials - spent)
         progs = transferable(task, tunable, records, measured[key])[:n]
         seen = measured[key] | {p.key for p in progs}
+        trained = train_seconds(policies[key])
+        start = time.monotonic()
         progs += policies[key].propose(n - len(progs), seen, records)
+        if clock is not None:  # proposing = training the cost model + the search itself
+            train = train_seconds(policies[key]) - trained
+            clock.train += train
+            clock.search += time.monotonic() - start - train
         if not progs:
             scheduler.stop(key)  # the space of this task is exhausted
             continue

@@ -12,6 +12,7 @@ from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.status import Status
+from mlir_ansor.tuner.wall_time import PARTS
 
 
 def fmt_ms(s: float | None) -> str:
@@ -146,6 +147,7 @@ def write_report(state: RunState) -> RunState:
                  "f32 FMA peak not measured (no gcc)")
     parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
              f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
+    parts.append(f"Search wall time: {state.clock.line()}")
     internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
     if internal:
         parts.append(f"{internal} internal errors (bugs of mlir-ansor, not of the candidates: "
@@ -170,6 +172,7 @@ def write_report(state: RunState) -> RunState:
     (out / "report.json").write_text(json.dumps({
         "models": names, "target": state.opts.target,
         "device_kind": state.context.device_kind, "peak_gflops": peak,
+        "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]]) for r in rows],
         "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,

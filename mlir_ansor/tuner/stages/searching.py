@@ -90,5 +90,6 @@ def search(state: RunState) -> RunState:
         policy = with_iree_seeds(policy)
     tune_tasks(tunable, state.measurers, store,
                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
-               records, on_record, with_hints(policy, opts.hints), scheduler, state.context)
+               records, on_record, with_hints(policy, opts.hints), scheduler, state.context,
+               state.clock)
     return replace(state, records=tuple(records))

@@ -15,6 +15,7 @@ from mlir_ansor.tuner.records import Context, Record
 from mlir_ansor.tuner.reporters import Reporter
 from mlir_ansor.tuner.tasks import Task
 from mlir_ansor.tuner.toolchain import Toolchain
+from mlir_ansor.tuner.wall_time import WallTime
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class RunState:
     measurers: Mapping[str, TaskMeasurer] = field(default_factory=dict)
     defaults: Mapping[str, float | None] = field(default_factory=dict)  # IREE's, per task
     records: tuple[Record, ...] = ()  # this run's (resumed included) and reused ones
+    clock: WallTime = field(default_factory=WallTime)  # where the search's time went
     handback: HandBack | None = None
     summary: str = ""  # the printed report
 

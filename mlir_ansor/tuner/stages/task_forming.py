@@ -35,7 +35,8 @@ def form_tasks(state: RunState) -> RunState:
     for i, t in enumerate(tasks):
         if not t.tunable:
             continue
-        m = TaskMeasurer(t, state.out / "tasks", state.tools, state.cfg, seed=state.opts.seed)
+        m = TaskMeasurer(t, state.out / "tasks", state.tools, state.cfg, seed=state.opts.seed,
+                         clock=state.clock)
         try:
             m.prepare()  # re-reads the task on the payload codegen will see
         except UnsupportedDispatch as e:  # no baseline or reference: left to IREE
