@@ -29,10 +29,9 @@ def simulate(sched, curves, rounds):
 def test_objectives():
     g = {"a": 1.0, "b": 2.0}
     assert weighted_latency({"a": 3, "b": 1})(g) == 5.0
-    groups = {"m1": ["a"], "m2": ["a", "b"]}
-    w = {"a": 1, "b": 1}
-    assert latency_requirements(groups, w, {"m1": 2.0, "m2": 1.0})(g) == 2.0 + 3.0
-    assert geomean_speedup(groups, w, {"m1": 2.0, "m2": 6.0})(g) == pytest.approx(-2.0)
+    models = {"m1": {"a": 1}, "m2": {"a": 1, "b": 1}}
+    assert latency_requirements(models, {"m1": 2.0, "m2": 1.0})(g) == 2.0 + 3.0
+    assert geomean_speedup(models, {"m1": 2.0, "m2": 6.0})(g) == pytest.approx(-2.0)
 
 
 def test_round_robin_takes_tasks_in_turn_and_skips_stopped():

@@ -27,20 +27,22 @@ def weighted_latency(weights: Mapping[str, float]) -> Objective:
     return lambda g: sum(weights[k] * g[k] for k in weights)
 
 
-def latency_requirements(groups: Mapping[str, Sequence[str]], weights: Mapping[str, float],
-                         requirement_s: Mapping[str, float]) -> Objective:
+ModelWeights = Mapping[str, Mapping[str, float]]  # model -> task key -> calls per inference
+
+
+def latency_requirements(models: ModelWeights, requirement_s: Mapping[str, float]) -> Objective:
     """f2: several models, each only until it meets its latency requirement:
-    sum over models of max(latency(model), requirement)."""
-    return lambda g: sum(max(sum(weights[k] * g[k] for k in ks), requirement_s[m])
-                         for m, ks in groups.items())
+    sum over models of max(latency(model), requirement). A task shared by models counts
+    with each model's own calls."""
+    return lambda g: sum(max(sum(n * g[k] for k, n in ws.items()), requirement_s[m])
+                         for m, ws in models.items())
 
 
-def geomean_speedup(groups: Mapping[str, Sequence[str]], weights: Mapping[str, float],
-                    reference_s: Mapping[str, float]) -> Objective:
+def geomean_speedup(models: ModelWeights, reference_s: Mapping[str, float]) -> Objective:
     """f3: maximize the geometric mean over models of reference / latency (minimize -it)."""
     def f(g):
-        logs = [math.log(reference_s[m] / sum(weights[k] * g[k] for k in ks))
-                for m, ks in groups.items()]
+        logs = [math.log(reference_s[m] / sum(n * g[k] for k, n in ws.items()))
+                for m, ws in models.items()]
         return -math.exp(sum(logs) / len(logs))
     return f
 

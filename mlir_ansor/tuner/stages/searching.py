@@ -45,20 +45,14 @@ def objective(state: RunState):
     weights = {t.key: t.weight for t in state.tunable}
     if opts.objective in ("f1", "f4"):
         return weighted_latency(weights)
-    groups = {name: [k for k in weights if name in state.usage[k]] for name in state.forms}
-    per_model = {name: {k: state.usage[k][name] for k in ks} for name, ks in groups.items()}
-    flat = {f"{name}:{k}": n for name, ws in per_model.items() for k, n in ws.items()}
-    keyed = {name: [f"{name}:{k}" for k in ks] for name, ks in groups.items()}
-
-    def per_model_view(f):  # the objectives see one entry per (model, task)
-        return lambda g: f({mk: g[mk.split(":", 1)[1]] for mk in flat})
-
+    per_model = {name: {k: state.usage[k][name] for k in weights if name in state.usage[k]}
+                 for name in state.forms}
     if opts.objective == "f2":
-        req = {name: opts.latency_requirement_s for name in groups}
-        return per_model_view(latency_requirements(keyed, flat, req))
+        return latency_requirements(per_model, dict.fromkeys(per_model,
+                                                             opts.latency_requirement_s))
     reference = {name: sum(n * (state.defaults.get(k) or 0.0) for k, n in ws.items()) or 1.0
                  for name, ws in per_model.items()}
-    return per_model_view(geomean_speedup(keyed, flat, reference))
+    return geomean_speedup(per_model, reference)
 
 
 def search(state: RunState) -> RunState:
