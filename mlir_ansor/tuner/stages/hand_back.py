@@ -18,7 +18,7 @@ from mlir_ansor.tuner.e2e import check_tuned, end_to_end, save_inputs, torch_ref
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
-from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState
+from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
 from mlir_ansor.tuner.tasks import dispatch_keys
 from mlir_ansor.tuner.toolchain import target_flags
 
@@ -71,8 +71,9 @@ class _Export:
 
     def __init__(self, state: RunState, timed: dict, winners: dict[str, object]):
         self.state, self.timed, self.winners = state, timed, winners
-        self.sites = {name: tuple(choose_sites(f.alternatives, self.runs_s,
-                                               state.opts.min_speedup))
+        # Sites are chosen on what would run if every winner kept its strategy.
+        runs_s = what_runs(timed, winners, state.defaults)
+        self.sites = {name: tuple(choose_sites(f.alternatives, runs_s, state.opts.min_speedup))
                       for name, f in state.forms.items()}
         self.present: dict[str, frozenset[str]] = {}
         for m in state.models:
@@ -86,13 +87,6 @@ class _Export:
                 self.entry_key[t.task_id] = t.key
         self.excluded: dict[str, set[str]] = {m.name: set() for m in state.models}
         self.dropped: dict[str, str] = {}  # task id -> why
-
-    def runs_s(self, k: str) -> float | None:
-        """What runs for task k: its strategy where it won, else IREE's default."""
-        if k in self.timed:
-            d, b = self.timed[k]
-            return b if k in self.winners else d
-        return self.state.defaults.get(k)
 
     def layout(self, name: str) -> ModelLayout:
         return ModelLayout(self.state.forms[name].channels_last, self.sites[name])

@@ -43,8 +43,8 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
     hb = state.handback
     tuned_ids = set(hb.entry_key)
     in_model = set().union(*hb.present.values())
-    kept = {t.key: (min(hb.timed[t.key]) if t.task_id in tuned_ids else hb.timed[t.key][0])
-            if t.key in hb.timed else state.defaults.get(t.key) for t in state.tasks}
+    runs_s = hb.runs_s(state.defaults)
+    kept = {t.key: runs_s(t.key) for t in state.tasks}
     for t in state.tasks:  # only what the handed-back models run counts
         if t.key not in in_model:
             kept[t.key] = None
@@ -83,11 +83,7 @@ def layout_parts(state: RunState) -> list[str]:
     hb, parts = state.handback, []
     ids = {t.key: t.task_id for t in state.tasks}
 
-    def runs_s(k: str) -> float | None:
-        if k in hb.timed:
-            d, b = hb.timed[k]
-            return b if k in hb.entry_key.values() else d
-        return state.defaults.get(k)
+    runs_s = hb.runs_s(state.defaults)
 
     def cost(pairs) -> float | None:
         ms = [runs_s(k) for k, _ in pairs]

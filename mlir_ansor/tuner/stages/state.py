@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Container, Mapping
 
 from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
@@ -41,6 +41,18 @@ class ModelForms:
     flow: str  # `base` after dispatch formation
 
 
+def what_runs(timed: Mapping[str, tuple[float, float]], tuned: Container[str],
+              defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
+    """Task key -> the time of what runs for it: its re-timed strategy where `tuned` holds
+    it, else IREE's default (re-timed where it was, else as first measured)."""
+    def runs_s(k: str) -> float | None:
+        if k in timed:
+            d, b = timed[k]
+            return b if k in tuned else d
+        return defaults.get(k)
+    return runs_s
+
+
 @dataclass(frozen=True)
 class HandBack:
     """What the run gives back: per task the re-timed default and best, the library."""
@@ -54,6 +66,10 @@ class HandBack:
     e2e: Mapping[str, EndToEnd]
     dropped: Mapping[str, str]  # task id -> why its strategy was taken out
     wins: Mapping[str, bool]  # model -> the tuned module is the one handed back
+
+    def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
+        """What runs for each task in the handed-back models (`what_runs`)."""
+        return what_runs(self.timed, set(self.entry_key.values()), defaults)
 
     def layout(self, model: str, forms: ModelForms) -> ModelLayout:
         return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())))
