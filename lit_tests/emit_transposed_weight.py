@@ -8,6 +8,7 @@ from iree.compiler import ir
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
+from mlir_ansor.sketch_passes.rules import MultiLevelTile
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.transform_scripts.emitter import emit_standalone
 
@@ -21,7 +22,7 @@ MMT = """func.func @main(%a: tensor<128x512xf32>, %b: tensor<256x512xf32>) -> te
 }"""
 ops = analyze_task(MMT)
 R = "op1_matmul"
-sketch = Sketch(anchor=R, root=R, rules=("MultiLevelTiling",))
+sketch = Sketch(anchor=R, structure=(MultiLevelTile(R),), rules=("MultiLevelTiling",))
 
 
 def emit(lanes, v):

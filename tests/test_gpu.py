@@ -11,7 +11,7 @@ from mlir_ansor.sketch_passes.gpu_annotation import (MAX_BLOCK_ROWS, MAX_SHARED_
                                                      shared_bytes)
 from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import SplitStep
-from mlir_ansor.sketch_passes.rules import default_gpu_rules
+from mlir_ansor.sketch_passes.rules import CacheReadShared, default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.compile_check import COMPILED, check_programs, codegen_task
 from mlir_ansor.tuner.frontend import import_model
@@ -41,7 +41,7 @@ def test_gpu_annotation_limits():
     warps = 0
     for i in range(100):
         p = annotate(ops, sks[i % 2], rng)
-        if p.sketch.cache_read:
+        if p.sketch.has(CacheReadShared):
             assert shared_bytes(ops[-1], p) <= MAX_SHARED_BYTES
         par = [s.lengths for s in p.steps if getattr(s, "lengths", None) and len(s.lengths) == 3]
         threads = 1
@@ -73,7 +73,7 @@ def test_cuda_programs_compile_to_ptx(tools, tmp_path, name):
             (ptx,) = (tmp_path / task.task_id / f"check{i}" / "binaries").glob("*.ptx")
             text = ptx.read_text()
             assert ".entry" in text and "%tid.x" in text
-            if p.sketch.cache_read:  # tiles staged in shared memory between barriers
+            if p.sketch.has(CacheReadShared):  # tiles staged in shared memory between barriers
                 assert ".shared" in text and "bar.sync" in text
 
 

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate, violations
-from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.rules import Rfactor, default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from tests.conftest import DATA, MATMUL, ROW_SUM, linalg_func, ops_of, prepared_measurer
 
@@ -27,7 +27,7 @@ def test_row_sum_gets_rfactor_and_plain():
     """8 rows of 4096: (1) rfactor of the row reduction, (2) plain row tiles."""
     _, sks = _sketches(ROW_SUM)
     assert [s.name for s in sks] == ["AddRfactor", "Plain"]
-    assert sks[0].rfactor and sks[0].root == "op1_reduce"
+    assert sks[0].has(Rfactor) and sks[0].root == "op1_reduce"
 
 
 def test_thin_matmul_gets_rfactor_besides_tiling():
@@ -39,7 +39,7 @@ def test_thin_matmul_gets_rfactor_besides_tiling():
 
 def test_no_rfactor_for_a_large_parallel_space():
     _, sks = _sketches(MATMUL)
-    assert not any(s.rfactor for s in sks)
+    assert not any(s.has(Rfactor) for s in sks)
 
 
 def test_rfactor_lanes_may_fill_a_wide_vector():
@@ -60,7 +60,7 @@ def row_sum_measurer(tools, tmp_path_factory):
 
 def test_rfactor_programs_apply_and_validate(row_sum_measurer):
     m = row_sum_measurer
-    rf = [s for s in m.task.sketches if s.rfactor]
+    rf = [s for s in m.task.sketches if s.has(Rfactor)]
     assert rf, [s.name for s in m.task.sketches]
     rng = random.Random(1)
     progs = [annotate(m.task.ops, rf[0], rng) for _ in range(6)]

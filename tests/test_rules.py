@@ -2,9 +2,11 @@
 import pytest
 
 from mlir_ansor.sketch_passes.rules import (AddCacheWrite, AddCrossThreadReduction,
-                                            AddRfactor, AlwaysInline,
-                                            MultiLevelTiling, MultiLevelTilingGPU,
-                                            MultiLevelTilingWithFusion, Skip)
+                                            AddRfactor, AlwaysInline, CacheWrite,
+                                            CrossThreadReduction, FuseConsumer,
+                                            MultiLevelTile, MultiLevelTileGPU, MultiLevelTiling,
+                                            MultiLevelTilingGPU,
+                                            MultiLevelTilingWithFusion, Rfactor, Skip)
 from mlir_ansor.sketch_passes.sketch import Decision, Sketch, State
 from tests.conftest import DATA, ELEMENTWISE, MATMUL, ROW_SUM, linalg_func, ops_of
 
@@ -51,20 +53,21 @@ def test_no_second_root():
     """Tiling rules and rfactor never apply once a root was chosen."""
     for rule, text in ((MultiLevelTiling(), MATMUL), (AddCacheWrite(), MATMUL),
                        (AddRfactor(), ROW_SUM), (MultiLevelTilingGPU(), MATMUL)):
-        got, _, _ = _decide(rule, text, -1, root="opX")
+        got, _, _ = _decide(rule, text, -1, structure=(MultiLevelTile("opX"),))
         assert got == Decision.SKIP, rule.name
 
 
 def test_apply_results():
     _, ops, st = _decide(AddCacheWrite(), MATMUL, -1)
     (nxt,) = AddCacheWrite().apply(ops, st)
-    assert nxt.index == st.index - 1 and nxt.sketch.cache_write and nxt.sketch.root == ops[-1].name
+    assert nxt.index == st.index - 1 and nxt.sketch.has(CacheWrite)
+    assert nxt.sketch.root == ops[-1].name
     _, ops, st = _decide(AddRfactor(), ROW_SUM, -1)
     (nxt,) = AddRfactor().apply(ops, st)
-    assert nxt.sketch.rfactor and nxt.sketch.rules == ("AddRfactor",)
+    assert nxt.sketch.has(Rfactor) and nxt.sketch.rules == ("AddRfactor",)
     _, ops, st = _decide(MultiLevelTilingWithFusion(), MM_RELU, -2)
     (nxt,) = MultiLevelTilingWithFusion().apply(ops, st)
-    assert nxt.sketch.fuse_consumer and nxt.sketch.root == ops[-2].name
+    assert nxt.sketch.has(FuseConsumer) and nxt.sketch.root == ops[-2].name
     _, ops, st = _decide(AlwaysInline(), ELEMENTWISE, 0)
     (nxt,) = AlwaysInline().apply(ops, st)
     assert nxt.sketch.inlined == (ops[0].name,)
@@ -88,8 +91,10 @@ def test_cross_thread_reduction_condition():
     assert _decide(rule, COLUMN_SUM, -1, gpu=True)[0] == Decision.SKIP  # 4096 rows of 8
     assert _decide(rule, MATMUL, -1, gpu=True)[0] == Decision.SKIP  # data reuse: tiling
     assert _decide(rule, ELEMENTWISE, -1, gpu=True)[0] == Decision.SKIP  # no reduction
-    assert _decide(rule, ROW_SUM, -1, gpu=True, root="opX")[0] == Decision.SKIP
+    assert _decide(rule, ROW_SUM, -1, gpu=True,
+                   structure=(MultiLevelTileGPU("opX"),))[0] == Decision.SKIP
     _, ops, st = _decide(rule, ROW_SUM, -1, gpu=True)
     (nxt,) = rule.apply(ops, st)
-    assert nxt.sketch.rfactor and nxt.sketch.gpu and nxt.sketch.root == ops[-1].name
+    assert nxt.sketch.has(CrossThreadReduction) and nxt.sketch.gpu
+    assert nxt.sketch.root == ops[-1].name
     assert nxt.sketch.rules == ("AddCrossThreadReduction",)

@@ -13,7 +13,7 @@ from mlir_ansor.sketch_passes.annotation import (AnnotationLimits, annotate, ann
                                                  violations)
 from mlir_ansor.sketch_passes.gpu_annotation import GpuLimits
 from mlir_ansor.sketch_passes.program import SplitStep
-from mlir_ansor.sketch_passes.rules import default_cpu_rules, default_gpu_rules
+from mlir_ansor.sketch_passes.rules import MultiLevelTile, default_cpu_rules, default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
 from mlir_ansor.sketch_passes.template import sample_template
 from mlir_ansor.targets import (AARCH64, DEFAULT_CPU, X86_AVX512, Target, TargetError,
@@ -206,7 +206,7 @@ def test_aarch64_gets_smaller_vector_and_register_tiles():
     for p in (annotate(ops, sk, rng, target=AARCH64) for sk in sks for _ in range(100)):
         n, reg = _register_tile(ops, p)
         assert n <= 16 and reg <= 64 and not violations(ops, p, target=AARCH64)
-    template = Sketch(anchor=sks[1].anchor, root=sks[1].root, rules=(TEMPLATE_RULE,))
+    template = Sketch(sks[1].anchor, (MultiLevelTile(sks[1].root),), (TEMPLATE_RULE,))
     for _ in range(50):
         p = sample_template(ops, template, rng, target=AARCH64)
         assert math.prod(s.lengths[-1] for s in p.steps if s.loop in (0, 1)) <= 64

@@ -84,9 +84,13 @@ def whole_row_loops(ops: Sequence[OpInfo], sketch: Sketch) -> set[int]:
     return {anchor.parallel_dims[-1]}
 
 
-def reduction_vector_limit(sketch: Sketch, *, target: Target | None = None) -> int:
-    """Largest innermost reduction tile: rfactor lanes may fill a wide vector."""
-    return annotation_limits(target).vector_lanes if sketch.rfactor else MAX_OTHER_INNER
+def inner_reduction_range(sketch: Sketch, *, target: Target | None = None) -> tuple[int, int]:
+    """(fewest, most) elements of the root's innermost reduction tiles: a structure step
+    may ask for its own (rfactor: at least two partial sums, up to a wide vector)."""
+    lanes = annotation_limits(target).vector_lanes
+    asked = [r for r in (s.inner_reduction_lanes(lanes) for s in sketch.structure)
+             if r is not None]
+    return asked[0] if asked else (1, MAX_OTHER_INNER)
 
 
 def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
@@ -128,9 +132,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                                         inner_limit(root, l, target=target))
                       for l in root.parallel_dims}
             local = math.prod(s[-1] * s[-2] for s in splits.values())
-            needs_local = sketch.fuse_consumer or sketch.cache_write
             if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and (
-                    not needs_local or local <= MAX_LOCAL_TILE) and \
+                    not sketch.local_tile or local <= MAX_LOCAL_TILE) and \
                     map_store_fits(ops, sketch, root, splits):
                 break
         for l in root.parallel_dims:
@@ -145,10 +148,10 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 # it stays a contraction once unit window dims fold away; for contractions
                 # it lets a weight read along k (nn.Linear) load contiguous rows. With
                 # rfactor it is the number of partial sums (vector lanes).
-                lanes = [d for d in divisors(r1)
-                         if d <= reduction_vector_limit(sketch, target=target)]
-                if sketch.rfactor and l == root.reduction_dims[-1] and len(lanes) > 1:
-                    lanes = lanes[1:]  # rfactor needs at least two partial sums
+                fewest, most = inner_reduction_range(sketch, target=target)
+                lanes = [d for d in divisors(r1) if d <= most]
+                if l == root.reduction_dims[-1] and any(d >= fewest for d in lanes):
+                    lanes = [d for d in lanes if d >= fewest]
                 v = rng.choice(lanes)
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
         outer = [l for l in root.parallel_dims
@@ -264,9 +267,9 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
         if math.prod(s[-1] for s in inner) > lim.register_tile:
             errs.append("register tile too large")
-        if (sk.fuse_consumer or sk.cache_write) and \
-                math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
+        if sk.local_tile and math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
+        fewest, most = inner_reduction_range(sk, target=target)
         for l in base.reduction_dims:
             s = prog.split(base.name, l)
             want = 1 if window is not None and l in window else 2
@@ -274,11 +277,11 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
                 errs.append(f"reduction loop {l}: needs {want} split levels")
             elif base.extents[l] % s.lengths[0]:
                 errs.append(f"reduction loop {l}: {s.lengths[0]} does not divide extent")
-            elif want == 2 and (s.lengths[0] % s.lengths[1] or
-                                s.lengths[1] > reduction_vector_limit(sk, target=target)):
+            elif want == 2 and (s.lengths[0] % s.lengths[1] or s.lengths[1] > most):
                 errs.append(f"reduction loop {l}: bad vector length {s.lengths[1]}")
-            elif sk.rfactor and l == base.reduction_dims[-1] and s.lengths[1] == 1 < s.lengths[0]:
-                errs.append("rfactor needs at least two partial sums")
+            elif l == base.reduction_dims[-1] and s.lengths[1] < fewest and \
+                    any(d >= fewest for d in divisors(s.lengths[0]) if d <= most):
+                errs.append(f"reduction loop {l}: innermost tile {s.lengths[1]} < {fewest}")
         u = prog.find(UnrollStep, base.name)
         if u is None or u.factor not in unroll_choices(base, prog):
             errs.append("unroll factor does not divide the reduction trip count")

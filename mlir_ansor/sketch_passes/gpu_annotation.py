@@ -28,6 +28,7 @@ from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.loops import divisors, op_by_name, window_loops
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
+from mlir_ansor.sketch_passes.rules import CacheReadShared, CrossThreadReduction
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import DEFAULT_GPU, Target, TargetError
 
@@ -128,7 +129,7 @@ def annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
     prog = _annotate_gpu(ops, sketch, rng, lim)
     base = op_by_name(ops, sketch.root or sketch.anchor)
     for _ in range(100):
-        if not sketch.cache_read or shared_bytes(base, prog) <= lim.max_shared_bytes:
+        if not sketch.has(CacheReadShared) or shared_bytes(base, prog) <= lim.max_shared_bytes:
             break
         prog = _annotate_gpu(ops, sketch, rng, lim)
     return prog
@@ -180,7 +181,7 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program, *,
     u = prog.find(UnrollStep, base.name)
     if u is not None and u.factor != 1:
         errs.append("GPU strategies do not unroll")  # the emitter has no unroll step
-    if sk.rfactor:
+    if sk.has(CrossThreadReduction):
         last = base.reduction_dims[-1]
         total = 1
         for l in base.parallel_dims:
@@ -229,7 +230,8 @@ def gpu_violations(ops: Sequence[OpInfo], prog: Program, *,
                     s.lengths[0] > MAX_SHARED_K or (want == 2 and (
                         s.lengths[0] % s.lengths[1] or s.lengths[1] > MAX_INNER)):
                 errs.append(f"reduction loop {l}: bad shared/inner split")
-        if sk.cache_read and not errs and shared_bytes(base, prog) > lim.max_shared_bytes:
+        if sk.has(CacheReadShared) and not errs and \
+                shared_bytes(base, prog) > lim.max_shared_bytes:
             errs.append("cache reads exceed the workgroup memory")
     par = prog.find(ParallelStep, base.name)
     grid = _split_grid(base, prog)
@@ -255,7 +257,7 @@ def repair_gpu(ops: Sequence[OpInfo], prog: Program) -> Program:
 
 def _annotate_gpu(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random,
                   lim: GpuLimits) -> Program:
-    if sketch.rfactor:
+    if sketch.has(CrossThreadReduction):
         return _annotate_cross_thread(ops, sketch, rng, lim)
     base = op_by_name(ops, sketch.root or sketch.anchor)
     splits = None

@@ -18,7 +18,7 @@ from iree.compiler import ir
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, tileable_ops
 from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, inner_limit,
-                                                 map_store_fits, reduction_vector_limit,
+                                                 inner_reduction_range, map_store_fits,
                                                  violations, whole_row_loops)
 from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
                                             window_loops)
@@ -113,7 +113,7 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels, *,
                     ext, at(red, l) or ext),)))
             else:
                 v = _largest_divisor(ext, min(at(red, l) or ext,
-                                              reduction_vector_limit(sketch, target=target)))
+                                              inner_reduction_range(sketch, target=target)[1]))
                 prog = prog.with_step(SplitStep(base.name, l, (ext, v)))
     else:
         whole = whole_row_loops(ops, sketch)

@@ -84,16 +84,12 @@ class Program:
         return None
 
     def to_json(self) -> dict:
-        sketch = asdict(self.sketch)
-        for flag in ("gpu", "cache_read"):  # CPU programs keep the keys they had before
-            if not sketch[flag]:
-                del sketch[flag]
-        return {"sketch": sketch, "steps": [asdict(s) for s in self.steps]}
+        return {"sketch": self.sketch.to_json(), "steps": [asdict(s) for s in self.steps]}
 
     @staticmethod
     def from_json(d: dict) -> "Program":
-        sk = {k: tuple(v) if isinstance(v, list) else v for k, v in d["sketch"].items()}
-        return Program(Sketch(**sk), tuple(step_from_dict(s) for s in d["steps"]))
+        return Program(Sketch.from_json(d["sketch"]),
+                       tuple(step_from_dict(s) for s in d["steps"]))
 
     @property
     def key(self) -> str:

@@ -17,6 +17,7 @@ from mlir_ansor.sketch_passes.annotation import (annotation_limits, inner_limit,
                                                  sample_unmeasured)
 from mlir_ansor.sketch_passes.loops import divisors, op_by_name, window_loops, window_rows
 from mlir_ansor.sketch_passes.program import Program, SplitStep
+from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTile
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target, get_target
 from mlir_ansor.transform_scripts.tuning_spec import TEMPLATE_RULE
@@ -36,7 +37,7 @@ def template_sketch(task) -> Sketch | None:
             root = op_by_name(task.ops, sk.root)
             same = len(pattern) == len(task.ops) and \
                 pattern[root.index].extents == root.extents
-            return Sketch(anchor=sk.anchor, root=sk.root, rules=(TEMPLATE_RULE,)) if same \
+            return Sketch(sk.anchor, (MultiLevelTile(sk.root),), (TEMPLATE_RULE,)) if same \
                 else None
     return None
 

@@ -314,14 +314,15 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     vector_ops.append(o.name)
         else:
             # S1: fuse the root (and its init) into the consumer tile / local accumulator.
+            # A structure step (consumer fusion, cache write) may name the op whose S1 tile
+            # the root is fused into; otherwise the root is tiled alone.
             s1 = plan.base_sizes(1)
             inner = None
-            if sk.fuse_consumer and any(plan.anchor_sizes(1)):
-                _, loops = tb.fuse(h[plan.anchor.name], plan.anchor_sizes(1))
-                inner = _closure(ops, plan.anchor.index)
-            elif sk.cache_write and any(s1):
-                _, loops = tb.fuse(h[root.name], s1)
-                inner = _closure(ops, root.index)
+            fusion = next((f for f in (s.s1_fusion(plan) for s in sk.structure)
+                           if f is not None and any(f[1])), None)
+            if fusion is not None:
+                _, loops = tb.fuse(h[fusion[0].name], fusion[1])
+                inner = _closure(ops, fusion[0].index)
             elif any(s1):
                 h[root.name], _ = tb.tile_for(h[root.name], s1)
             if inner is not None:
@@ -341,21 +342,22 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             if any(s2):
                 h[root.name], _ = tb.tile_for(h[root.name], s2)
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
-            last = root.reduction_dims[-1]
-            rfactor = sk.rfactor and vec[last] > 1
-            r1 = [vec[l] if l in red and red[l] > vec[l] and not (rfactor and l == last) else 0
+            # A structure step (rfactor) may turn one loop's inner tile into partial sums.
+            psum = next((p for p in (s.partial_sum_loop(root, vec) for s in sk.structure)
+                         if p is not None), None)
+            r1 = [vec[l] if l in red and red[l] > vec[l] and l != psum else 0
                   for l in range(len(root.extents))]
             if any(r1):
                 h[root.name], r1_loops = tb.tile_for(h[root.name], r1)
-            if rfactor:
-                # The innermost reduction loop as rfactor: v partial sums per output element
-                # (vector lanes), merged once after the loop.
-                rf = [vec[last] if l == last else 0 for l in range(len(root.extents))]
+            if psum is not None:
+                # v partial sums per output element (vector lanes), merged once after the
+                # loop.
+                rf = [vec[psum] if l == psum else 0 for l in range(len(root.extents))]
                 init, partial, merge, loop_h = tb.rfactor(h[root.name], rf)
                 h[root.name] = partial
                 extra_vector += [init, merge]
                 # A one-trip loop folds away (and its handle with it).
-                r1_loops = r1_loops + ([loop_h] if red[last] > vec[last] else [])
+                r1_loops = r1_loops + ([loop_h] if red[psum] > vec[psum] else [])
             vector_ops.append(root.name)
             for o in ops:
                 # (A scalar op, the init of a reduction to a scalar, stays outside the

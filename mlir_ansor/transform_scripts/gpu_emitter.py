@@ -22,6 +22,7 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_window_access
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.sketch_passes.rules import CacheReadShared, CrossThreadReduction
 from mlir_ansor.transform_scripts.emitter import (TilePlan, chunk, dedupe_fused,
                                                   payload_handles, workgroups_on_anchor)
 
@@ -180,15 +181,15 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
         workgroups_on_anchor(tb, func, h, ops, plan)
         block = plan.anchor_sizes(0)
 
-        if sk.rfactor:
+        if sk.has(CrossThreadReduction):
             dims, vector_ops = _cross_thread(tb, func, h, ops, plan)
         else:
             # S1+S2: threads on the thread anchor, every other op fused into the thread tile.
-            t_anchor = plan.anchor if (root is None or sk.fuse_consumer) else root
+            t_anchor = plan.anchor if (root is None or sk.consumer_fused) else root
             t_block = block if t_anchor is plan.anchor else plan.base_sizes(0)
             t_tile = plan.anchor_sizes(1) if t_anchor is plan.anchor else plan.base_sizes(1)
             sizes, counts = _thread_tiling(t_anchor, t_block, t_tile)
-            cache_read = root is not None and sk.cache_read
+            cache_read = root is not None and sk.has(CacheReadShared)
             if cache_read:
                 # Thread counts of the root's tile; every op gets its own thread forall below
                 # (the shared-memory copies must be spread over the whole block).

@@ -196,10 +196,9 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
 
     sk = program.sketch
     put(f"role_{role}", 1, raw=True)
-    put("sk_fuse_consumer", sk.fuse_consumer, raw=True)
-    put("sk_cache_write", sk.cache_write, raw=True)
-    put("sk_rfactor", sk.rfactor, raw=True)
-    put("sk_inlined", len(sk.inlined), raw=True)
+    for s in sk.structure:  # each step names the column that counts it
+        if s.feature:
+            f[_INDEX[s.feature]] += 1
     iters = math.prod(op.extents)
     put("flops", op.flops)
     known = set()
@@ -238,7 +237,7 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
         put(f"b{slot}_lines_reg", _lines(o, nest.tiles["reg"]))
         put(f"b{slot}_total_bytes", math.prod(o.shape) * o.elem_bytes if o.shape else 0)
     output_fp = fp  # the output is the last buffer
-    if role == "root" and (sk.cache_write or sk.fuse_consumer):
+    if role == "root" and sk.local_tile:
         put("alloc_local_bytes", output_fp["s1"] * op.output.elem_bytes)
     if role == "root":
         put("alloc_acc_bytes", reg_tile * op.output.elem_bytes)
@@ -260,7 +259,7 @@ def program_features(ops: Sequence[OpInfo], program: Program, threads: int = 2) 
         nest = _row_nest(op, _output_tile(op, wg))
         if not sk.root and op.name == sk.anchor:
             role = "plain"
-        elif sk.fuse_consumer and op.name == sk.anchor:
+        elif sk.consumer_fused and op.name == sk.anchor:
             role = "consumer"
         else:
             role = "other"

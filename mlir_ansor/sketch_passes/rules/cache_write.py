@@ -1,10 +1,27 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_data_reuse, has_fusible_consumer
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTile
+from mlir_ansor.sketch_passes.sketch import Decision, State, StructureStep, add_rule
+
+
+@dataclass(frozen=True)
+class CacheWrite(StructureStep):
+    """The root (op) accumulates into a local S1 tile (its init fused into that tile) that
+    is written back once."""
+
+    kind = "cache_write"
+    legacy_field = "cache_write"
+    rank = 31
+    local_tile = True
+    feature = "sk_cache_write"
+
+    def s1_fusion(self, plan):
+        return plan.root, plan.base_sizes(1)
 
 
 class AddCacheWrite:
@@ -20,6 +37,7 @@ class AddCacheWrite:
         return Decision.SKIP
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
-        sk = add_rule(state.sketch, self.name, cache_write=True)
-        sk = add_rule(sk, "MultiLevelTiling", root=ops[state.index].name)
+        op = ops[state.index].name
+        sk = add_rule(state.sketch, self.name, CacheWrite(op))
+        sk = add_rule(sk, "MultiLevelTiling", MultiLevelTile(op))
         return [State(sk, state.index - 1)]

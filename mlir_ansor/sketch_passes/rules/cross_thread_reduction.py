@@ -1,10 +1,24 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_data_reuse
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.sketch import Decision, State, StructureStep, add_rule
+
+
+@dataclass(frozen=True)
+class CrossThreadReduction(StructureStep):
+    """GPU: the op is the root; each block's rows run with its threads splitting the
+    innermost reduction loop, partial results combined in workgroup memory."""
+
+    kind = "cross_thread_reduction"
+    legacy_field = "rfactor"  # the GPU form of rfactor (stored as the rfactor flag)
+    rank = 20
+    makes_root = True
+    feature = "sk_rfactor"
+
 
 MIN_REDUCTION = 32  # a warp: a shorter row is not worth a block of threads
 
@@ -34,5 +48,5 @@ class AddCrossThreadReduction:
         return Decision.APPLY
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
-        sk = add_rule(state.sketch, self.name, root=ops[state.index].name, rfactor=True)
+        sk = add_rule(state.sketch, self.name, CrossThreadReduction(ops[state.index].name))
         return [State(sk, state.index - 1)]

@@ -1,10 +1,28 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_data_reuse, has_fusible_consumer
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTile
+from mlir_ansor.sketch_passes.sketch import Decision, State, StructureStep, add_rule
+
+
+@dataclass(frozen=True)
+class FuseConsumer(StructureStep):
+    """The root (op) is computed in S1 tiles of its elementwise consumer, the anchor: the
+    root's tile is a local buffer the consumer reads before it is written out."""
+
+    kind = "fuse_consumer"
+    legacy_field = "fuse_consumer"
+    rank = 30
+    local_tile = True
+    consumer_fused = True
+    feature = "sk_fuse_consumer"
+
+    def s1_fusion(self, plan):
+        return plan.anchor, plan.anchor_sizes(1)
 
 
 class MultiLevelTilingWithFusion:
@@ -19,5 +37,6 @@ class MultiLevelTilingWithFusion:
         return Decision.SKIP
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
-        sk = add_rule(state.sketch, self.name, root=ops[state.index].name, fuse_consumer=True)
+        op = ops[state.index].name
+        sk = add_rule(state.sketch, self.name, MultiLevelTile(op), FuseConsumer(op))
         return [State(sk, state.index - 1)]

@@ -1,10 +1,33 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_data_reuse, has_fusible_consumer
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.rules.multi_level_tiling_fusion import FuseConsumer
+from mlir_ansor.sketch_passes.sketch import Decision, State, StructureStep, add_rule
+
+
+@dataclass(frozen=True)
+class MultiLevelTileGPU(StructureStep):
+    """The op is the root: tiled "SSSRRSRS" (blocks, virtual threads, threads, per-thread
+    tiles; reduction into a shared tile and an inner tile)."""
+
+    kind = "multi_level_tile_gpu"
+    legacy_field = "root"
+    rank = 20
+    makes_root = True
+
+
+@dataclass(frozen=True)
+class CacheReadShared(StructureStep):
+    """GPU: the root's (op's) input tiles of each reduction step are copied into workgroup
+    memory by all threads of the block."""
+
+    kind = "cache_read_shared"
+    legacy_field = "cache_read"
+    rank = 32
 
 
 class MultiLevelTilingGPU:
@@ -23,8 +46,10 @@ class MultiLevelTilingGPU:
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
         i = state.index
-        fuse = has_fusible_consumer(ops, i)
-        shared = add_rule(state.sketch, "AddCacheReadShared", cache_read=True)
-        shared = add_rule(shared, self.name, root=ops[i].name, fuse_consumer=fuse)
-        plain = add_rule(state.sketch, self.name, root=ops[i].name, fuse_consumer=fuse)
+        op = ops[i].name
+        tiling = (MultiLevelTileGPU(op),) + ((FuseConsumer(op),)
+                                              if has_fusible_consumer(ops, i) else ())
+        shared = add_rule(state.sketch, "AddCacheReadShared", CacheReadShared(op))
+        shared = add_rule(shared, self.name, *tiling)
+        plain = add_rule(state.sketch, self.name, *tiling)
         return [State(shared, i - 1), State(plain, i - 1)]

@@ -1,10 +1,31 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.analysis import has_more_reduction_parallel
-from mlir_ansor.sketch_passes.sketch import Decision, State, add_rule
+from mlir_ansor.sketch_passes.sketch import Decision, State, StructureStep, add_rule
+
+
+@dataclass(frozen=True)
+class Rfactor(StructureStep):
+    """The op is the root, and the innermost tile of its last reduction loop holds that
+    many independent partial sums (at least two, at most a wide vector's lanes), merged
+    once after the loop."""
+
+    kind = "rfactor"
+    legacy_field = "rfactor"
+    rank = 20
+    makes_root = True
+    feature = "sk_rfactor"
+
+    def partial_sum_loop(self, root, inner):
+        last = root.reduction_dims[-1]
+        return last if inner[last] > 1 else None  # one partial sum is a plain loop
+
+    def inner_reduction_lanes(self, vector_lanes):
+        return 2, vector_lanes
 
 
 class AddRfactor:
@@ -23,5 +44,5 @@ class AddRfactor:
         return Decision.SKIP
 
     def apply(self, ops: Sequence[OpInfo], state: State) -> list[State]:
-        sk = add_rule(state.sketch, self.name, root=ops[state.index].name, rfactor=True)
+        sk = add_rule(state.sketch, self.name, Rfactor(ops[state.index].name))
         return [State(sk, state.index - 1)]
