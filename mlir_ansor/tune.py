@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_children_on_signals()
     try:
-        result = run(TuneOptions(
+        run(TuneOptions(  # the console reporter prints the result tables
             model=args.model[0], models=tuple(args.model), trials=args.trials,
             target=args.target, out=args.out, seed=args.seed, batch=args.batch,
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted; records written so far are kept (run again to resume)",
               file=sys.stderr)
         return INTERRUPTED_EXIT
-    print(result.report)
     return 0
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner import driver
-from mlir_ansor.tuner.reporters import Measured, StageStarted, TrialsPlanned
+from mlir_ansor.tuner.reporters import Measured, Reported, StageStarted, TrialsPlanned
 from mlir_ansor.tuner.stages.hand_back import find_culprit, hand_back
 from mlir_ansor.tuner.stages.importing import import_models, load_models
 from mlir_ansor.tuner.stages.layout_choice import choose_layouts
@@ -69,6 +69,8 @@ def test_stages_alone_with_a_custom_reporter(tmp_path):
     assert "Per task" in state.summary and "End to end" in state.summary
     assert "GFLOP/s" in state.summary and "f32 FMA peak measured now" in state.summary
     assert "Search wall time: compile" in state.summary
+    assert [e for e in rec.events if isinstance(e, Reported)] == [
+        Reported(state.summary, tmp_path / "run")]
     assert (tmp_path / "run" / "build.sh").exists() and (tmp_path / "run" / "report.json").exists()
     assert not any(isinstance(e, StageStarted) for e in rec.events)  # stages alone: no driver
 

@@ -1,10 +1,12 @@
 """What the stages tell the user while they run: events, and reporters that listen.
 
-The console reporter prints the stage lines and the trial progress bar; a test (or a GUI)
-passes its own. Tables and plots are written by the report stage from the run state."""
+The console reporter prints the stage lines, the trial progress bar and the result tables;
+a test (or a GUI) passes its own. The report files (report.txt, report.json, the plot) are
+artifacts of the output folder, written by the report stage whatever the reporter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from mlir_ansor.tuner.records import Record
@@ -36,7 +38,13 @@ class Note:
     text: str  # something the user should know now (e.g. a strategy dropped)
 
 
-Event = StageStarted | TrialsPlanned | Measured | Note
+@dataclass(frozen=True)
+class Reported:
+    summary: str  # the result tables (report.txt)
+    out: Path  # the output folder holding report.json and the plot
+
+
+Event = StageStarted | TrialsPlanned | Measured | Note | Reported
 
 
 class Reporter(Protocol):
@@ -70,6 +78,9 @@ class ConsoleReporter:
         elif isinstance(event, Note):
             self.close()
             print(event.text, flush=True)
+        elif isinstance(event, Reported):
+            self.close()
+            print(event.summary, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
+from mlir_ansor.tuner.reporters import Reported
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.wall_time import PARTS
@@ -178,4 +179,5 @@ def write_report(state: RunState) -> RunState:
                          "channels_last": state.forms[m.name].channels_last,
                          "handed_back": "tuned" if hb.wins[m.name] else "default"}
                 for m in state.models for e in [hb.e2e[m.name]]}}, indent=2))
+    state.report(Reported(summary, out))
     return replace(state, summary=summary)
