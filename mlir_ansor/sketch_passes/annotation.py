@@ -279,7 +279,7 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
                 errs.append(f"reduction loop {l}: {s.lengths[0]} does not divide extent")
             elif want == 2 and (s.lengths[0] % s.lengths[1] or s.lengths[1] > most):
                 errs.append(f"reduction loop {l}: bad vector length {s.lengths[1]}")
-            elif l == base.reduction_dims[-1] and s.lengths[1] < fewest and \
+            elif want == 2 and l == base.reduction_dims[-1] and s.lengths[1] < fewest and \
                     any(d >= fewest for d in divisors(s.lengths[0]) if d <= most):
                 errs.append(f"reduction loop {l}: innermost tile {s.lengths[1]} < {fewest}")
         u = prog.find(UnrollStep, base.name)
