@@ -57,6 +57,8 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--target", "cuda"], "(cuda-sm80): tuning needs a runner for that device"),
     (["--target", "aarch64"], "(aarch64-neon): tuning needs a runner for that device"),
     (["--reuse", "nope.jsonl"], "records file to reuse not found: nope.jsonl"),
+    (["--cost-model", "nope.json"], "cost model file not found: nope.json"),
+    (["--cost-model", "README.md"], "cost model README.md: cannot be read"),
 ])
 def test_bad_options(out, args, says):
     err = one_line_error(run_cli("matmul_1024", *args, "--out", str(out)), UsageError.exit_code)

@@ -1,19 +1,26 @@
 """Cost model: ranking metrics, learning a known ranking, and evolutionary proposals."""
+import json
 import math
 import random
+from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.program import SplitStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
-from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, normalized_throughputs,
+from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, CostModelError,
+                                         load_booster, normalized_throughputs,
                                          pairwise_accuracy, recall_at_k)
+from mlir_ansor.tuner import cost_model
+from mlir_ansor.tuner.stages import searching
 from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.tasks import Task
-from tests.conftest import BATCH_MATMUL, ops_of
+from tests.conftest import BATCH_MATMUL, MATMUL, ops_of
 
 
 def test_metrics():
@@ -26,12 +33,13 @@ def test_metrics():
 
 
 def synthetic_latency(p, ops):
-    """A made-up machine: fast with big register tiles along j, k tiles of 16, unroll 4."""
+    """A made-up machine: fast with big register tiles along the lanes, k tiles of 16,
+    unroll 4 (the same rules for every contraction)."""
     root = ops[-1]
     reg = math.prod(s.lengths[-1] for s in p.steps if isinstance(s, SplitStep)
                     and s.op == root.name and root.iterators[s.loop] == "parallel")
-    lanes = p.split(root.name, 2).lengths[-1]
-    r1 = p.split(root.name, 3).lengths[0]
+    lanes = p.split(root.name, root.parallel_dims[-1]).lengths[-1]
+    r1 = p.split(root.name, root.reduction_dims[-1]).lengths[0]
     u = p.find(UnrollStep, root.name).factor
     return 1.0 / (reg * (1 + lanes) * (2.0 if r1 == 16 else 1.0) * (1.5 if u == 4 else 1.0))
 
@@ -46,30 +54,119 @@ def sample(ops, n, seed):
     return [annotate(ops, sks[i % len(sks)], rng) for i in range(n)]
 
 
+def make_task(ops, key="task"):
+    sks = tuple(generate_sketches(ops, default_cpu_rules()))
+    return Task("t0", "d", key, 1, "", "", (), (), tuple(ops), sks)
+
+
 def test_model_learns_a_ranking_from_data():
     ops = ops_of(BATCH_MATMUL)
+    task = make_task(ops)
     train, test = sample(ops, 300, 0), sample(ops, 150, 1)
-    model = CostModel(ops)
+    model = CostModel()
+    model.add_task(task)
     model.fit_records(records_for(ops, train))
     assert model.trained
     truth = normalized_throughputs(records_for(ops, test))
-    pred = model.predict(test)
+    pred = model.predict(task, test)
     assert pairwise_accuracy(pred, truth) > 0.8  # chance is 0.5
     assert recall_at_k(pred, truth, 15) >= 0.5
 
 
 def test_untrained_model_is_random_until_enough_data():
     ops = ops_of(BATCH_MATMUL)
+    task = make_task(ops)
     progs = sample(ops, 10, 0)
-    model = CostModel(ops, CostModelConfig(min_valid=16))
+    model = CostModel(CostModelConfig(min_valid=16))
+    model.add_task(task)
     model.fit_records(records_for(ops, progs))
     assert not model.trained
-    assert model.predict(progs).shape == (10,)
+    assert model.predict(task, progs).shape == (10,)
 
 
-def make_task(ops):
-    sks = tuple(generate_sketches(ops, default_cpu_rules()))
-    return Task("t0", "d", "task", 1, "", "", (), (), tuple(ops), sks)
+def test_one_model_ranks_a_task_it_never_measured():
+    """Trained on the batch matmul's records only, the shared model ranks the programs of
+    a plain matmul (no record of it) far better than chance: features mean the same in
+    every task, labels are normalized per task."""
+    seen, unseen = make_task(ops_of(BATCH_MATMUL), "bmm"), make_task(ops_of(MATMUL), "mm")
+    model = CostModel()
+    model.add_task(seen)
+    model.add_task(unseen)
+    model.fit_records(records_for(seen.ops, sample(seen.ops, 300, 0), "bmm"))
+    test = sample(unseen.ops, 150, 1)
+    truth = normalized_throughputs(records_for(unseen.ops, test, "mm"))
+    assert pairwise_accuracy(model.predict(unseen, test), truth) > 0.75
+
+
+def test_records_of_several_tasks_are_labelled_per_task():
+    """Each task's best is 1: a slow task's records are not all near 0."""
+    a, b = make_task(ops_of(BATCH_MATMUL), "a"), make_task(ops_of(MATMUL), "b")
+    model = CostModel()
+    model.add_task(a)
+    model.add_task(b)
+    got = {}
+    model.fit = lambda samples, labels: got.update(
+        {t.key: max(l for (t2, _), l in zip(samples, labels) if t2.key == t.key)
+         for t, _ in samples})
+    slow = [replace(r, latency_s=r.latency_s * 1000)
+            for r in records_for(b.ops, sample(b.ops, 20, 0), "b")]
+    model.fit_records(records_for(a.ops, sample(a.ops, 20, 0), "a") + slow)
+    assert got == {"a": 1.0, "b": 1.0}
+
+
+def test_refit_after_every_n_results():
+    task = make_task(ops_of(BATCH_MATMUL))
+    model = CostModel(CostModelConfig(retrain_every=8))
+    model.add_task(task)
+    fits = []
+    model.fit = lambda samples, labels: fits.append(len(samples))
+    recs = records_for(task.ops, sample(task.ops, 30, 0))
+    for n in (4, 8, 11, 12, 19, 20, 30):
+        model.update(recs[:n])
+    assert fits == [4, 12, 20, 30]
+    other = [replace(r, task_key="unknown") for r in recs]  # no ops: not the model's data
+    model.update(recs + other)
+    assert fits == [4, 12, 20, 30]
+
+
+def test_saved_model_loads_only_for_its_features_and_target(tmp_path):
+    ops = ops_of(BATCH_MATMUL)
+    task = make_task(ops)
+    model = CostModel()
+    model.add_task(task)
+    model.fit_records(records_for(ops, sample(ops, 100, 0)))
+    path = tmp_path / "cost_model.json"
+    model.save(path, "x86_64-avx2")
+    base = load_booster(path, "x86_64-avx2")
+    again = CostModel(base=base)
+    assert again.trained and not again.own_fit  # ranks with the base before any fit
+    progs = sample(ops, 20, 5)
+    assert np.allclose(again.predict(task, progs), model.predict(task, progs))
+    with pytest.raises(CostModelError, match="trained for target 'x86_64-avx2', not 'aarch64'"):
+        load_booster(path, "aarch64")
+    text = json.loads(path.read_text())
+    text["learner"]["attributes"]["mlir_ansor_feature_schema"] = "0-old"
+    path.write_text(json.dumps(text))
+    with pytest.raises(CostModelError, match="feature schema '0-old'"):
+        load_booster(path, "x86_64-avx2")
+    path.write_text("{broken")
+    with pytest.raises(CostModelError, match="cannot be read"):
+        load_booster(path, "x86_64-avx2")
+
+
+def test_the_run_boosts_on_top_of_a_base():
+    """With a base, the run's fit adds trees to it (the base is not modified)."""
+    ops = ops_of(BATCH_MATMUL)
+    task = make_task(ops)
+    first = CostModel()
+    first.add_task(task)
+    first.fit_records(records_for(ops, sample(ops, 100, 0)))
+    base = first.booster
+    n_base = len(base.get_dump())
+    model = CostModel(CostModelConfig(rounds_on_base=7), base=base)
+    model.add_task(task)
+    model.fit_records(records_for(ops, sample(ops, 60, 1)))
+    assert len(model.booster.get_dump()) == n_base + 7 and len(base.get_dump()) == n_base
 
 
 def test_evolution_proposes_unmeasured_valid_programs_the_model_likes():
@@ -98,3 +195,39 @@ def test_evolution_samples_randomly_without_data():
     pol = EvolutionPolicy(make_task(ops), seed=0, cfg=EvolutionConfig(population=64))
     out = pol.propose(8, set(), [])
     assert len(out) == 8 and all(violations(ops, p) == [] for p in out)
+
+
+def _state(tmp_path, cost_model="auto", reuse=(), kind="x86_64-avx2"):
+    opts = SimpleNamespace(cost_model=cost_model, reuse=tuple(reuse))
+    return SimpleNamespace(opts=opts, context=SimpleNamespace(device_kind=kind))
+
+
+def test_the_search_starts_from_the_model_beside_a_reused_file(tmp_path, monkeypatch):
+    ops = ops_of(BATCH_MATMUL)
+    task = make_task(ops)
+    model = CostModel()
+    model.add_task(task)
+    model.fit_records(records_for(ops, sample(ops, 60, 0)))
+    earlier, shipped = tmp_path / "earlier", tmp_path / "shipped"
+    earlier.mkdir()
+    shipped.mkdir()
+    (earlier / "records.jsonl").write_text("")
+    model.save(earlier / "cost_model.json", "x86_64-avx2")
+    monkeypatch.setattr(cost_model, "SHIPPED", shipped)
+    reuse = [earlier / "records.jsonl"]
+    base, note = searching.starting_model(_state(tmp_path, reuse=reuse))
+    assert base is not None and "beside --reuse" in note
+    # Saved on another machine: skipped, and the note says why.
+    base, note = searching.starting_model(_state(tmp_path, reuse=reuse, kind="aarch64-neon"))
+    assert base is None and "not 'aarch64-neon'" in note
+    # The shipped model when nothing is reused (one of the same architecture will do);
+    # none when asked.
+    model.save(shipped / "x86_64-avx2.json", "x86_64-avx2")
+    base, note = searching.starting_model(_state(tmp_path))
+    assert base is not None and "shipped for x86_64-avx2" in note
+    base, note = searching.starting_model(_state(tmp_path, kind="x86_64-avx512"))
+    assert base is not None and "shipped for x86_64-avx2" in note
+    base, note = searching.starting_model(_state(tmp_path, kind="aarch64-neon"))
+    assert base is None and "trained from this run's records only" in note
+    base, note = searching.starting_model(_state(tmp_path, cost_model="none"))
+    assert base is None and "--cost-model none" in note

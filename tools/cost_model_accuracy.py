@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tuning_curve import WORKLOADS, prepare  # noqa: E402
 
 
-def evaluate(ops, records, k: int, folds: int = 5, seed: int = 0) -> tuple[float, float, int]:
+def evaluate(task, records, k: int, folds: int = 5, seed: int = 0) -> tuple[float, float, int]:
     rng = np.random.default_rng(seed)
     idx = rng.permutation(len(records))
     truth_all = normalized_throughputs(records)
@@ -35,9 +35,10 @@ def evaluate(ops, records, k: int, folds: int = 5, seed: int = 0) -> tuple[float
     for f in range(folds):
         test = idx[f::folds]
         train = np.setdiff1d(idx, test)
-        model = CostModel(ops)
+        model = CostModel()
+        model.add_task(task)
         model.fit_records([records[i] for i in train])
-        pred = model.predict([records[i].to_program() for i in test])
+        pred = model.predict(task, [records[i].to_program() for i in test])
         accs.append(pairwise_accuracy(pred, truth_all[test]))
         recalls.append(recall_at_k(pred, truth_all[test], k))
     return float(np.mean(accs)), float(np.mean(recalls)), len(idx[0::folds])
@@ -66,7 +67,7 @@ def main() -> int:
                 if r.task_key == m.task.key and r.program_key not in seen:
                     seen.add(r.program_key)
                     records.append(r)
-        acc, rec, n_test = evaluate(m.task.ops, records, args.k)
+        acc, rec, n_test = evaluate(m.task, records, args.k)
         # recall@k says nothing when a fold holds no more than k programs
         rec_s = f"{rec:10.3f}" if n_test > 2 * args.k else f"{'n/a':>10s}"
         print(f"{w:9s} {len(records):8d} {n_test:9d} {acc:12.3f} {rec_s}")

@@ -27,7 +27,7 @@ from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Record, RecordStore
 from mlir_ansor.tuner.search import SearchConfig, round_robin
-from mlir_ansor.tuner.policies import POLICIES
+from mlir_ansor.tuner.policies import POLICIES, make_policy
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
 
@@ -142,7 +142,7 @@ def main() -> int:
     round_robin([m.task], {m.task.key: m}, store,
                 SearchConfig(trials=left, batch=args.batch, seed=args.seed), records,
                 lambda t, r: print(f"\r{len(records)} trials", end="", flush=True),
-                POLICIES[args.policy])
+                make_policy(args.policy))
     print()
     report(args.out)
     return 0

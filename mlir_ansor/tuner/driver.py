@@ -20,6 +20,7 @@ from typing import Callable
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import TargetError, get_target, host
+from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
@@ -73,6 +74,10 @@ class TuneOptions:
     objective: str = "f1"
     latency_requirement_s: float = 0.0
     early_stop: int = 0  # stop a task after this many rounds without improvement (0: never)
+    # The cost model the run starts from: "auto" (the cost_model.json next to the first
+    # --reuse file that has one, else the model shipped for the target, else none), "none",
+    # or a path to a model a run saved (cost_model.json).
+    cost_model: str = "auto"
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -109,6 +114,10 @@ class TuneOptions:
             raise UsageError(f"--target {self.target} ({target.device_kind}): tuning needs a "
                              f"runner for that device, and this machine is "
                              f"{here.device_kind} (no remote runner can be reached from here)")
+        if self.cost_model not in ("auto", "none"):
+            if not Path(self.cost_model).is_file():
+                raise UsageError(f"cost model file not found: {self.cost_model}")
+            load_booster(Path(self.cost_model), target.device_kind)  # or a one-line error
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Evolutionary search guided by the cost model (paper §5.1).
 
-Each round: retrain the model on the task's records; start a population from the best
+Each round: refresh the cost model (one for every task of the search: `SharedEvolution`)
+with the records so far; start a population from the best
 measured programs plus fresh random samples; for a few generations pick parents with
 probability proportional to predicted fitness and make children by mutation or crossover
 (each child checked valid); keep the best-predicted unmeasured programs seen. The batch to
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
+import xgboost as xgb
 
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.mutations import crossover, mutate
@@ -37,13 +39,16 @@ class EvolutionConfig:
 
 
 class EvolutionPolicy:
-    """Propose programs of one task by evolutionary search on the cost model."""
+    """Propose programs of one task by evolutionary search on the cost model (`model`,
+    shared with the other tasks of a search; a model of its own when None)."""
 
-    def __init__(self, task: Task, seed: int, cfg: EvolutionConfig = EvolutionConfig()):
+    def __init__(self, task: Task, seed: int, cfg: EvolutionConfig = EvolutionConfig(),
+                 model: CostModel | None = None):
         self.task = task
         self.cfg = cfg
         self.rng = random.Random(f"{seed}:{task.key}:evo")
-        self.model = CostModel(task.ops, replace(cfg.model, seed=seed))
+        self.model = model or CostModel(replace(cfg.model, seed=seed))
+        self.model.add_task(task)
         self.target = get_target(task.target)
 
     @property
@@ -71,7 +76,7 @@ class EvolutionPolicy:
         pop += self._random(cfg.population - len(pop), {p.key for p in pop})
         best: dict[str, tuple[float, Program]] = {}
         for gen in range(cfg.generations + 1):
-            scores = self.model.predict(pop)
+            scores = self.model.predict(self.task, pop)
             for p, s in zip(pop, scores):
                 if p.key not in measured:
                     best[p.key] = (float(s), p)
@@ -95,10 +100,27 @@ class EvolutionPolicy:
 
     def propose(self, n: int, measured: set[str], records: Sequence[Record]) -> list[Program]:
         mine = [r for r in records if r.task_key == self.task.key]
-        self.model.fit_records(mine)
+        self.model.update(records)
         if not self.model.trained:
             return self._random(n, measured)  # too little data: Ansor samples randomly
         n_rand = min(n, math.ceil(n * self.cfg.eps_greedy)) if n > 1 else 0
         out = self.evolve(mine, measured, n - n_rand)
         out += self._random(n - len(out), measured | {p.key for p in out})
         return out
+
+
+class SharedEvolution:
+    """The policy factory of one search: every task's `EvolutionPolicy` ranks its programs
+    with one cost model, trained on the records of all tasks (on top of `base`, a saved or
+    shipped model, when given)."""
+
+    def __init__(self, cfg: EvolutionConfig = EvolutionConfig(),
+                 base: xgb.Booster | None = None):
+        self.cfg = cfg
+        self.base = base
+        self.model: CostModel | None = None
+
+    def __call__(self, task: Task, seed: int) -> EvolutionPolicy:
+        if self.model is None:
+            self.model = CostModel(replace(self.cfg.model, seed=seed), self.base)
+        return EvolutionPolicy(task, seed, self.cfg, model=self.model)

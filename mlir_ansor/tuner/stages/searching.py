@@ -5,16 +5,23 @@ builds, validates and times them, and every record is appended at once.
 Records of another device kind or IREE version (a `--reuse` file, or an output folder
 moved to another machine) train the cost model and compete for export, where they are
 measured again; they never count as measured here: not in the budget, not as a task's
-best, not as "already measured"."""
+best, not as "already measured".
+
+The evolutionary policy ranks every task's programs with one cost model, started from a
+saved or shipped model (`--cost-model`) and saved to cost_model.json at the end."""
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 from pathlib import Path
 
+import xgboost as xgb
+
 from mlir_ansor.errors import AnsorError
 from mlir_ansor.tuner.layouts import initial_latency
-from mlir_ansor.tuner.policies import POLICIES
+from mlir_ansor.tuner.cost_model import CostModelError, load_booster, shipped_model
+from mlir_ansor.tuner.evolution import SharedEvolution
+from mlir_ansor.tuner.policies import make_policy
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.reporters import Measured, TrialsPlanned
 from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, geomean_speedup,
@@ -37,6 +44,30 @@ def load_records(state: RunState) -> tuple[list[Record], RecordStore]:
         records += [r for r in RecordStore(f).load()
                     if r.target == state.opts.target and r.task_key in keys]
     return records, store
+
+
+def starting_model(state: RunState) -> tuple[xgb.Booster | None, str]:
+    """The cost model the search starts from, and a line for the report saying which. A
+    model named with --cost-model must load; one found by "auto" is skipped (and the line
+    says why) when it was saved for other features or another device kind."""
+    choice, kind = state.opts.cost_model, state.context.device_kind
+    if choice == "none":
+        return None, "cost model: trained from this run's records only (--cost-model none)"
+    if choice != "auto":
+        return load_booster(Path(choice), kind), f"cost model: started from {choice}"
+    found = [(Path(f).parent / "cost_model.json", f"beside --reuse {f}", False)
+             for f in state.opts.reuse if (Path(f).parent / "cost_model.json").is_file()]
+    shipped = shipped_model(kind)
+    if shipped is not None:
+        found.append((shipped, f"shipped for {shipped.stem}", True))
+    skipped = []
+    for path, why, same_arch in found:
+        try:
+            return (load_booster(path, kind, same_arch),
+                    f"cost model: started from {path} ({why})")
+        except CostModelError as e:
+            skipped.append(str(e))
+    return None, "; ".join(["cost model: trained from this run's records only"] + skipped)
 
 
 def objective(state: RunState):
@@ -79,11 +110,19 @@ def search(state: RunState) -> RunState:
         {k: min(state.defaults.get(k) or 1.0, cap.get(k, math.inf)) for k in keys},
         objective(state), SchedulerConfig(strategy=opts.scheduler, seed=opts.seed,
                                           early_stop=early))
-    policy = POLICIES[opts.policy]
+    base, model_note = starting_model(state)
+    factory = make_policy(opts.policy, base)
+    policy = factory
     if opts.iree_seeds:
         policy = with_iree_seeds(policy)
     tune_tasks(tunable, state.measurers, store,
                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
                records, on_record, with_hints(policy, opts.hints), scheduler, state.context,
                state.clock)
-    return replace(state, records=tuple(records))
+    notes = state.notes
+    if isinstance(factory, SharedEvolution):
+        model = factory.model
+        if model is not None and model.trained:
+            model.save(state.out / "cost_model.json", state.context.device_kind)
+        notes += (model_note,)
+    return replace(state, records=tuple(records), notes=notes)

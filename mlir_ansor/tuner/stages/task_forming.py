@@ -3,9 +3,11 @@ prepared: IREE's default build of it gives the payload a strategy sees, the refe
 outputs and the baseline time."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
-from mlir_ansor.errors import UnsupportedDispatch
+from mlir_ansor.errors import OutputError, UnsupportedDispatch
 from mlir_ansor.tuner.measure import TaskMeasurer
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.tasks import Task, extract_tasks
@@ -46,5 +48,17 @@ def form_tasks(state: RunState) -> RunState:
         if m.task.tunable:
             measurers[t.key] = m
             defaults[t.key] = m.time_default()
+    write_task_index(state.out / "tasks.json", [m.task for m in measurers.values()])
     return replace(state, tasks=tuple(tasks), usage=usage, measurers=measurers,
                    defaults=defaults)
+
+
+def write_task_index(path: Path, tasks: list[Task]) -> None:
+    """What a cost model needs to learn from this folder's records later (`tools/
+    train_cost_model.py`): per task key, the function its ops were read from."""
+    try:
+        path.write_text(json.dumps([{"key": t.key, "task_id": t.task_id, "target": t.target,
+                                     "ops_mlir": t.view_mlir or t.task_mlir}
+                                    for t in tasks], indent=1))
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror}") from e
