@@ -1,0 +1,54 @@
+"""Train a cost model from the output folders of earlier runs.
+
+  python -m mlir_ansor.train_cost_model RUN_FOLDER... --out cost_model.json [--evaluate]
+
+Each folder is a `python -m mlir_ansor.tune` output (records.jsonl + tasks.json). Only
+records measured on --device-kind (default: this machine's) are used. --evaluate first
+judges the model on workloads it never saw: for each task, a model trained on all the
+others ranks that task's measured programs (pairwise accuracy; measurements, in predicted
+order, to a program within 5% of the best, against random order). Pass the model to a run
+with --cost-model FILE; the package ships one per device kind under tuner/pretrained/.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mlir_ansor.errors import AnsorError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mlir_ansor.train_cost_model",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folders", nargs="+", type=Path, metavar="RUN_FOLDER")
+    p.add_argument("--out", type=Path, required=True, help="where to write the model (.json)")
+    p.add_argument("--device-kind", default="", help="default: this machine's")
+    p.add_argument("--evaluate", action="store_true",
+                   help="print the leave-one-workload-out table first")
+    args = p.parse_args(argv)
+    from mlir_ansor.targets import host
+    from mlir_ansor.tuner.pretraining import leave_one_out, load_corpus, summary_table, train
+
+    kind = args.device_kind or host().device_kind
+    try:
+        corpus = load_corpus(args.folders, kind)
+        n = sum(len(w.records) for w in corpus)
+        valid = sum(w.valid for w in corpus)
+        print(f"{len(corpus)} tasks, {n} records ({valid} valid) measured on {kind}")
+        if args.evaluate:
+            print(summary_table(leave_one_out(corpus)))
+        model = train(corpus)
+        if not model.trained:
+            raise AnsorError(f"too few valid records to train ({valid})")
+        model.save(args.out, kind)
+    except AnsorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"wrote {args.out} (for {kind})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Training a cost model from run folders, and judging it on workloads it never saw."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from mlir_ansor import train_cost_model
+from mlir_ansor.targets import host
+from mlir_ansor.tuner.cost_model import load_booster
+from mlir_ansor.tuner.pretraining import leave_one_out, load_corpus, trials_to_near_best
+from mlir_ansor.tuner.records import RecordStore
+from tests.conftest import BATCH_MATMUL, MATMUL, ops_of
+from tests.test_cost_model import records_for, sample
+
+KIND = host().device_kind
+
+
+def run_folder(tmp_path, name, tasks):
+    """A folder as a tuning run leaves it: tasks.json and records.jsonl."""
+    d = tmp_path / name
+    d.mkdir()
+    (d / "tasks.json").write_text(json.dumps(
+        [{"key": key, "task_id": f"t{i}", "target": "llvm-cpu", "ops_mlir": text}
+         for i, (key, text, _) in enumerate(tasks)]))
+    store = RecordStore(d / "records.jsonl")
+    for key, text, n in tasks:
+        ops = ops_of(text)
+        for r in records_for(ops, sample(ops, n, len(key) + n), key):
+            store.append(replace(r, device_kind=KIND))
+    return d
+
+
+def test_corpus_training_and_leave_one_out(tmp_path, capsys):
+    a = run_folder(tmp_path, "a", [("bmm", BATCH_MATMUL, 120)])
+    b = run_folder(tmp_path, "b", [("mm", MATMUL, 120), ("bmm", BATCH_MATMUL, 30)])
+    corpus = load_corpus([a, b], KIND)
+    assert sorted(w.key for w in corpus) == ["bmm", "mm"]
+    bmm = next(w for w in corpus if w.key == "bmm")
+    assert len(bmm.records) == len({r.program_key for r in bmm.records}) >= 120
+    assert load_corpus([a], "aarch64-neon") == []  # measured elsewhere: not this kind's data
+    rows = leave_one_out(corpus)
+    assert [r.name for r in rows] == ["a/t0", "b/t0"]
+    # Each workload ranked by a model that never saw it, on the same made-up machine.
+    assert all(r.pairwise > 0.7 and r.model_trials < r.random_trials for r in rows), rows
+    out = tmp_path / "m.json"
+    assert train_cost_model.main([str(a), str(b), "--out", str(out), "--evaluate"]) == 0
+    text = capsys.readouterr().out
+    assert "2 tasks" in text and "held-out workload" in text and "fewer than random" in text
+    assert load_booster(out, KIND) is not None
+
+
+def test_a_folder_without_tasks_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "records.jsonl").write_text("")
+    assert train_cost_model.main([str(tmp_path), "--out", str(tmp_path / "m.json")]) == 2
+    assert "not a tuning output folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("truth, order, want", [
+    ([0.2, 1.0, 0.5], [0, 2, 1], 3), ([0.2, 1.0, 0.97], [2, 1, 0], 1)])
+def test_trials_to_near_best(truth, order, want):
+    import numpy as np
+    assert trials_to_near_best(np.array(order), np.array(truth), 0.05) == want
