@@ -21,6 +21,7 @@ import xgboost as xgb
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.sketch_passes.pruning import Pruner, demote
 from mlir_ansor.tuner.cost_model import CostModel, CostModelConfig
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.targets import get_target
@@ -43,24 +44,34 @@ class EvolutionPolicy:
     shared with the other tasks of a search; a model of its own when None)."""
 
     def __init__(self, task: Task, seed: int, cfg: EvolutionConfig = EvolutionConfig(),
-                 model: CostModel | None = None):
+                 model: CostModel | None = None, pruner: Pruner | None = None):
         self.task = task
         self.cfg = cfg
         self.rng = random.Random(f"{seed}:{task.key}:evo")
         self.model = model or CostModel(replace(cfg.model, seed=seed))
         self.model.add_task(task)
         self.target = get_target(task.target)
+        self.pruner = pruner or Pruner(self.target)
 
     @property
     def train_s(self) -> float:
         return self.model.train_s
 
     def _random(self, n: int, exclude: set[str]) -> list[Program]:
+        """Valid random programs, unflagged by the pruning rules where enough exist."""
         sketches, ops = self.task.sketches, self.task.ops
-        return sample_unmeasured(
-            lambda: annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng,
-                             target=self.target),
-            n, exclude, 4, keep=lambda p: not violations(ops, p, target=self.target))
+
+        def draw() -> Program:
+            return annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng,
+                            target=self.target)
+
+        def valid(p: Program) -> bool:
+            return not violations(ops, p, target=self.target)
+
+        out = sample_unmeasured(draw, n, exclude, 16, keep=lambda p: valid(p) and
+                                self.pruner.demotions(ops, [p]) == [1.0])
+        return out + sample_unmeasured(draw, n - len(out), exclude | {p.key for p in out}, 4,
+                                       keep=valid)
 
     def _select(self, pop: Sequence[Program], scores: np.ndarray, k: int) -> list[int]:
         w = np.maximum(scores, 0) + 1e-6
@@ -76,7 +87,8 @@ class EvolutionPolicy:
         pop += self._random(cfg.population - len(pop), {p.key for p in pop})
         best: dict[str, tuple[float, Program]] = {}
         for gen in range(cfg.generations + 1):
-            scores = self.model.predict(self.task, pop)
+            scores = demote(self.model.predict(self.task, pop),
+                            self.pruner.demotions(ops, pop))
             for p, s in zip(pop, scores):
                 if p.key not in measured:
                     best[p.key] = (float(s), p)
@@ -119,8 +131,10 @@ class SharedEvolution:
         self.cfg = cfg
         self.base = base
         self.model: CostModel | None = None
+        self.pruner: Pruner | None = None
 
     def __call__(self, task: Task, seed: int) -> EvolutionPolicy:
         if self.model is None:
             self.model = CostModel(replace(self.cfg.model, seed=seed), self.base)
-        return EvolutionPolicy(task, seed, self.cfg, model=self.model)
+            self.pruner = Pruner(get_target(task.target))
+        return EvolutionPolicy(task, seed, self.cfg, model=self.model, pruner=self.pruner)

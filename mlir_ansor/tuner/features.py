@@ -28,6 +28,7 @@ rows' predictions. The columns (`FEATURE_NAMES`), all log2(1 + x) unless marked:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -265,3 +266,30 @@ def program_features(ops: Sequence[OpInfo], program: Program, threads: int = 2) 
             role = "other"
         rows.append(_row(op, nest, program, role, threads))
     return np.stack(rows)
+
+
+@dataclass(frozen=True)
+class RootNest:
+    """The root's loop nest in numbers (pruning reads it)."""
+
+    lanes: int  # innermost tile of the contiguous output dim
+    lane_extent: int  # that loop's extent
+    workgroups: int
+    parallel_iterations: int  # product of the parallel extents
+    reg_tile: int  # accumulator elements
+    bytes: dict[str, int]  # unique bytes of all buffers touched per level (LEVELS)
+
+
+def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
+    """The multi-level-tiled root's nest (None for a sketch without a root)."""
+    if not program.sketch.root:
+        return None
+    op = op_by_name(ops, program.sketch.root)
+    nest = _root_nest(op, program)
+    buffers = [o for o in op.operands if not o.is_output] + [op.output]
+    per_level = {lvl: sum(_footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
+                 for lvl in LEVELS}
+    lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
+    return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
+                    math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
+                    per_level)

@@ -1,0 +1,106 @@
+"""Rules that recognise programs which cannot be fast on a target, before the cost model
+ranks them (read from the target description: vector width, caches, cores).
+
+Annotation already keeps every program inside hard limits (the register tile fits half the
+vector registers, tiles divide their loops: `annotation.violations`); these rules name soft
+defects. A flagged program is demoted, not dropped: its predicted score is lowered by
+(1 - `DEMOTE`) of its magnitude in the evolutionary search, and random sampling prefers unflagged programs (a
+model that has not learned yet still skips the obvious losers). Each rule is named in the
+report with the share of candidates it flagged.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.targets import Target
+from mlir_ansor.tuner.features import RootNest, root_nest
+
+DEMOTE = 0.5
+
+
+@dataclass(frozen=True)
+class PruneRule:
+    name: str
+    why: str  # one line for the docs and the report
+    flags: Callable[[RootNest, Target], bool]
+
+
+def _vector_not_filled(n: RootNest, t: Target) -> bool:
+    # A full vector was possible: the contiguous loop divides into whole vectors.
+    return n.lanes < t.f32_lanes and n.lane_extent % t.f32_lanes == 0
+
+
+def _idle_cores(n: RootNest, t: Target) -> bool:
+    # Fewer workgroups than cores although the output has enough whole vectors for each.
+    return n.workgroups < t.cores and n.parallel_iterations >= t.cores * t.f32_lanes * 4
+
+
+def _r1_over_l1(n: RootNest, t: Target) -> bool:
+    # The innermost reduction loop streams its register tile's operands: they belong in L1.
+    return n.bytes["r1"] > t.l1d_bytes
+
+
+def _s2_over_l2(n: RootNest, t: Target) -> bool:
+    # The register-tile loops sweep the reduction tile (R0 chunk) of every operand: L2.
+    return n.bytes["s2"] > t.l2_bytes
+
+
+RULES: tuple[PruneRule, ...] = (
+    PruneRule("vector-not-filled", "the vector tile is narrower than one register although "
+              "the loop allows a full one", _vector_not_filled),
+    PruneRule("idle-cores", "fewer workgroups than cores on an output large enough for all",
+              _idle_cores),
+    PruneRule("r1-over-l1", "the innermost reduction loop's working set exceeds L1",
+              _r1_over_l1),
+    PruneRule("s2-over-l2", "the register-tile loops' working set exceeds L2", _s2_over_l2),
+)
+
+
+def flagged(ops: Sequence[OpInfo], program: Program, target: Target) -> list[str]:
+    """Names of the rules that flag `program` ([] = none; GPU programs are not judged)."""
+    if target.backend != "llvm-cpu":
+        return []
+    nest = root_nest(ops, program)
+    if nest is None:
+        return []
+    return [r.name for r in RULES if r.flags(nest, target)]
+
+
+def demote(scores: np.ndarray, factors: Sequence[float]) -> np.ndarray:
+    """Scores lowered by `1 - factor` of their magnitude (a pack-sum prediction may be
+    negative: scaling alone would raise those)."""
+    f = np.asarray(factors, dtype=np.float64)
+    return scores - (1.0 - f) * np.abs(scores)
+
+
+class Pruner:
+    """Flags candidates of a search and counts, per rule, how many it saw and flagged."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.seen = 0
+        self.counts: Counter[str] = Counter()
+
+    def demotions(self, ops: Sequence[OpInfo], programs: Sequence[Program]) -> list[float]:
+        """Per program: 1.0, or DEMOTE when any rule flags it."""
+        out = []
+        for p in programs:
+            names = flagged(ops, p, self.target)
+            self.seen += 1
+            self.counts.update(names)
+            out.append(DEMOTE if names else 1.0)
+        return out
+
+    def line(self) -> str:
+        """The report's line: the share of candidates each rule flagged."""
+        if not self.seen:
+            return "pruning: no candidates judged"
+        parts = [f"{r.name} {self.counts[r.name] / self.seen:.0%}" for r in RULES]
+        return (f"pruning (candidates demoted x{DEMOTE} before ranking, of {self.seen} "
+                f"judged): " + ", ".join(parts))

@@ -1,0 +1,66 @@
+"""Pruning rules: which programs each flags, for which target, and what the search does
+with them."""
+import random
+from dataclasses import replace
+
+import numpy as np
+
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.sketch_passes.pruning import DEMOTE, RULES, Pruner, demote, flagged
+from mlir_ansor.targets import X86_AVX2
+from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy
+from mlir_ansor.tuner.features import root_nest
+from tests.conftest import MATMUL, ops_of
+from tests.test_cost_model import make_task
+
+TWO_CORES = replace(X86_AVX2, cores=2)
+
+
+def programs(n=300, seed=0):
+    ops = ops_of(MATMUL)
+    task = make_task(ops)
+    rng = random.Random(seed)
+    return ops, task, [annotate(ops, task.sketches[i % 2], rng, target=TWO_CORES)
+                       for i in range(n)]
+
+
+def test_each_rule_flags_what_it_names():
+    ops, _, progs = programs()
+    seen = set()
+    for p in progs:
+        n = root_nest(ops, p)
+        names = flagged(ops, p, TWO_CORES)
+        seen.update(names)
+        assert ("vector-not-filled" in names) == (n.lanes < 8 and n.lane_extent % 8 == 0)
+        assert ("idle-cores" in names) == (n.workgroups < 2)
+        assert ("r1-over-l1" in names) == (n.bytes["r1"] > TWO_CORES.l1d_bytes)
+        assert ("s2-over-l2" in names) == (n.bytes["s2"] > TWO_CORES.l2_bytes)
+    assert {"vector-not-filled", "idle-cores"} <= seen
+    # The same programs judged for a machine with a tiny L1 and one core.
+    small = replace(TWO_CORES, l1d_bytes=1024, cores=1)
+    assert any("r1-over-l1" in flagged(ops, p, small) for p in progs)
+    assert not any("idle-cores" in flagged(ops, p, small) for p in progs)
+
+
+def test_gpu_programs_are_not_judged():
+    ops, _, progs = programs(5)
+    assert flagged(ops, progs[0], replace(TWO_CORES, backend="cuda", name="g", sm="sm_80")) == []
+
+
+def test_demotion_lowers_every_score():
+    s = np.array([2.0, -2.0, 0.5])
+    assert list(demote(s, [DEMOTE, DEMOTE, 1.0])) == [1.0, -3.0, 0.5]
+
+
+def test_random_proposals_prefer_unflagged_programs_and_are_counted():
+    ops, task, progs = programs()
+    assert any(flagged(ops, p, TWO_CORES) for p in progs)  # random sampling hits them
+    pruner = Pruner(TWO_CORES)
+    pol = EvolutionPolicy(replace(task, target="x86_64-avx2"), 0,
+                          EvolutionConfig(population=64), pruner=pruner)
+    pol.target = TWO_CORES
+    out = pol.propose(16, set(), [])
+    assert len(out) == 16 and not any(flagged(ops, p, TWO_CORES) for p in out)
+    assert pruner.seen >= 16 and sum(pruner.counts.values()) > 0
+    line = pruner.line()
+    assert all(r.name in line for r in RULES) and "judged" in line
