@@ -140,13 +140,8 @@ class _WideRowSums(StructureStep):
         return 8, vector_lanes
 
 
-class _WideRowSumsRule:
+class _WideRowSumsRule(_TileAllReductions):  # same condition, its own step
     name = "WideRowSums"
-
-    def condition(self, ops, state):
-        op = ops[state.index]
-        ok = op.is_linalg and op.reduction_dims and not state.sketch.root
-        return Decision.APPLY if ok else Decision.SKIP
 
     def apply(self, ops, state):
         return [State(add_rule(state.sketch, self.name, _WideRowSums(ops[state.index].name)),
