@@ -49,7 +49,10 @@ def load_corpus(folders: Sequence[Path], device_kind: str) -> list[TrainingTask]
         for t in json.loads(index.read_text()):
             if t["key"] not in ops_of:
                 ops_of[t["key"]] = tuple(analyze_task(t["ops_mlir"]))
-                names[t["key"]] = f"{Path(folder).name}/{t['task_id']}"
+                # The dispatch name says what it is (e.g. ..._conv_2d_nchw_fchw_1x64x56x56...)
+                kind = t.get("name", "").split("_dispatch_")[-1].split("_", 1)[-1][:40]
+                names[t["key"]] = f"{Path(folder).name}/{t['task_id']}" + (
+                    f" {kind}" if kind else "")
         for r in RecordStore(recs).load():
             if r.task_key in ops_of and r.device_kind == device_kind:
                 records.setdefault(r.task_key, {}).setdefault(r.program_key, r)
