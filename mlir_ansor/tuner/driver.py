@@ -4,10 +4,12 @@
   load_models     the user's factories -> models and example inputs
   import_models   torch-mlir -> model.mlir
   choose_layouts  channels-last activations, packable weights (llvm-cpu) -> the forms tuned
-  form_tasks      IREE dispatches -> tasks, each with its reference outputs and IREE's time
-  search          the trials: scheduler, policy (cost model + evolution), measurement
+  form_tasks      IREE dispatches -> tasks, each with its reference outputs and IREE's time;
+                  tasks.json (what a cost model needs to learn from the records later)
+  search          the trials: scheduler, policy (shared cost model + pruning + evolution),
+                  measurement; records.jsonl, cost_model.json
   hand_back       library, model_tuned.mlir, build.sh, end-to-end check and timing
-  write_report    report.txt, report.json, tuning_curve.png
+  write_report    report.txt, report.json, tuning_curve.png; the Reported event (tables)
 
 Each stage lives in `tuner/stages/` and can be called alone on a state (the tests do).
 """
