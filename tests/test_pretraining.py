@@ -39,7 +39,7 @@ def test_corpus_training_and_leave_one_out(tmp_path, capsys):
     assert len(bmm.records) == len({r.program_key for r in bmm.records}) >= 120
     assert load_corpus([a], "aarch64-neon") == []  # measured elsewhere: not this kind's data
     rows = leave_one_out(corpus)
-    assert [r.name for r in rows] == ["a/t0", "b/t0"]
+    assert [r.name for r in rows] == ["a/t0 batch_matmul 4x64x48x32", "b/t0 matmul 64x48x32"]
     # Each workload ranked by a model that never saw it, on the same made-up machine.
     assert all(r.pairwise > 0.7 and r.model_trials < r.random_trials for r in rows), rows
     out = tmp_path / "m.json"

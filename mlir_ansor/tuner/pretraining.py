@@ -34,6 +34,12 @@ class TrainingTask:
         return sum(1 for r in self.records if r.ok)
 
 
+def describe(ops: Sequence[OpInfo]) -> str:
+    """The task's heaviest op and its loop extents, e.g. "conv_2d_nchw_fchw 1x64x56x56x64x3x3"."""
+    op = max(ops, key=lambda o: o.flops)
+    return f"{op.op_name.split('.')[-1]} {'x'.join(map(str, op.extents))}"
+
+
 def load_corpus(folders: Sequence[Path], device_kind: str) -> list[TrainingTask]:
     """Every task of the folders with its records measured on `device_kind` (a task seen in
     several folders is one workload; a program measured twice keeps its first record)."""
@@ -48,11 +54,8 @@ def load_corpus(folders: Sequence[Path], device_kind: str) -> list[TrainingTask]
                              "cost model)")
         for t in json.loads(index.read_text()):
             if t["key"] not in ops_of:
-                ops_of[t["key"]] = tuple(analyze_task(t["ops_mlir"]))
-                # The dispatch name says what it is (e.g. ..._conv_2d_nchw_fchw_1x64x56x56...)
-                kind = t.get("name", "").split("_dispatch_")[-1].split("_", 1)[-1][:40]
-                names[t["key"]] = f"{Path(folder).name}/{t['task_id']}" + (
-                    f" {kind}" if kind else "")
+                ops = ops_of[t["key"]] = tuple(analyze_task(t["ops_mlir"]))
+                names[t["key"]] = f"{Path(folder).name}/{t['task_id']} {describe(ops)}"
         for r in RecordStore(recs).load():
             if r.task_key in ops_of and r.device_kind == device_kind:
                 records.setdefault(r.task_key, {}).setdefault(r.program_key, r)
@@ -103,10 +106,10 @@ def leave_one_out(corpus: Sequence[TrainingTask], cfg: CostModelConfig = CostMod
 
 
 def summary_table(rows: Sequence[HeldOut]) -> str:
-    lines = [f"{'held-out workload':28s} {'programs':>8s} {'pairwise':>8s} "
+    lines = [f"{'held-out workload':52s} {'programs':>8s} {'pairwise':>8s} "
              f"{'to 5% of best: model':>20s} {'random':>7s}"]
     for r in rows:
-        lines.append(f"{r.name:28s} {r.programs:8d} {r.pairwise:8.3f} {r.model_trials:20d} "
+        lines.append(f"{r.name[:52]:52s} {r.programs:8d} {r.pairwise:8.3f} {r.model_trials:20d} "
                      f"{r.random_trials:7.1f}")
     if rows:
         acc = np.nanmean([r.pairwise for r in rows])

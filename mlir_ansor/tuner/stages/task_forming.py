@@ -57,8 +57,7 @@ def write_task_index(path: Path, tasks: list[Task]) -> None:
     """What a cost model needs to learn from this folder's records later (`tools/
     train_cost_model.py`): per task key, the function its ops were read from."""
     try:
-        path.write_text(json.dumps([{"key": t.key, "task_id": t.task_id, "name": t.name,
-                                     "target": t.target,
+        path.write_text(json.dumps([{"key": t.key, "task_id": t.task_id, "target": t.target,
                                      "ops_mlir": t.view_mlir or t.task_mlir}
                                     for t in tasks], indent=1))
     except OSError as e:
