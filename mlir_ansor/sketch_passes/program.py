@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Union
 
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -84,15 +85,18 @@ class Program:
         return None
 
     def to_json(self) -> dict:
-        return {"sketch": self.sketch.to_json(), "steps": [asdict(s) for s in self.steps]}
+        # Shallow: step fields are str, int and tuples of int (dataclasses.asdict deep-copies
+        # them, and was most of the search's time).
+        return {"sketch": self.sketch.to_json(),
+                "steps": [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.steps]}
 
     @staticmethod
     def from_json(d: dict) -> "Program":
         return Program(Sketch.from_json(d["sketch"]),
                        tuple(step_from_dict(s) for s in d["steps"]))
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Dedup key: identical programs give identical keys."""
+        """Dedup key: identical programs give identical keys (computed once: frozen)."""
         text = json.dumps(self.to_json(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -19,6 +19,7 @@ import numpy as np
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.targets import Target
+from mlir_ansor.tuner.cost_model import Workload
 from mlir_ansor.tuner.features import RootNest, root_nest
 
 DEMOTE = 0.5
@@ -86,12 +87,18 @@ class Pruner:
         self.target = target
         self.seen = 0
         self.counts: Counter[str] = Counter()
+        # Evolution scores the same programs in several generations: judge each once.
+        self._cache: dict[tuple[str, str], list[str]] = {}
 
-    def demotions(self, ops: Sequence[OpInfo], programs: Sequence[Program]) -> list[float]:
-        """Per program: 1.0, or DEMOTE when any rule flags it."""
+    def demotions(self, task: Workload, programs: Sequence[Program]) -> list[float]:
+        """Per program of `task`: 1.0, or DEMOTE when any rule flags it."""
         out = []
+        if len(self._cache) > 200_000:
+            self._cache.clear()
         for p in programs:
-            names = flagged(ops, p, self.target)
+            names = self._cache.get((task.key, p.key))
+            if names is None:
+                names = self._cache[(task.key, p.key)] = flagged(task.ops, p, self.target)
             self.seen += 1
             self.counts.update(names)
             out.append(DEMOTE if names else 1.0)

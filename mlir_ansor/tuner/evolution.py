@@ -69,7 +69,7 @@ class EvolutionPolicy:
             return not violations(ops, p, target=self.target)
 
         out = sample_unmeasured(draw, n, exclude, 16, keep=lambda p: valid(p) and
-                                self.pruner.demotions(ops, [p]) == [1.0])
+                                self.pruner.demotions(self.task, [p]) == [1.0])
         return out + sample_unmeasured(draw, n - len(out), exclude | {p.key for p in out}, 4,
                                        keep=valid)
 
@@ -88,7 +88,7 @@ class EvolutionPolicy:
         best: dict[str, tuple[float, Program]] = {}
         for gen in range(cfg.generations + 1):
             scores = demote(self.model.predict(self.task, pop),
-                            self.pruner.demotions(ops, pop))
+                            self.pruner.demotions(self.task, pop))
             for p, s in zip(pop, scores):
                 if p.key not in measured:
                     best[p.key] = (float(s), p)
