@@ -58,11 +58,11 @@ class TunedModule:
 def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out",
          **options) -> TunedModule:
     """Tune `model` on `inputs` (resuming from `out`'s records) and return the tuned module.
-    `options` are TuneOptions fields (target, seed, batch, policy, scheduler, hints)."""
+    `options` are TuneOptions fields (target, seed, batch, policy, scheduler, hints,
+    cost_model, dynamic=("x:0=1..1024",) ...). The console reporter prints the result."""
     opts = replace(TuneOptions(model=type(model).__name__, trials=trials, out=Path(out)),
                    **options)
     result = run(opts, factory=lambda: (model, inputs))
-    print(result.report)
     return TunedModule(result.tuned_vmfb)
 
 

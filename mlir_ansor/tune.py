@@ -63,6 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the cost model to start from: auto (default: the cost_model.json "
                         "beside a --reuse file, else the one shipped for the target), none, "
                         "or a cost_model.json of an earlier run")
+    p.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM=LO..HI",
+                   help="a dynamic input dimension (repeatable; INPUT is the forward "
+                        "argument's name or position; @NAME after HI shares one size between "
+                        "specs): one module serves every size in LO..HI")
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
     p.add_argument("--objective", choices=["f1", "f2", "f3", "f4"], default="f1",
@@ -96,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
-            early_stop=args.early_stop, cost_model=args.cost_model))
+            early_stop=args.early_stop, cost_model=args.cost_model,
+            dynamic=tuple(args.dynamic)))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -59,6 +59,8 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--reuse", "nope.jsonl"], "records file to reuse not found: nope.jsonl"),
     (["--cost-model", "nope.json"], "cost model file not found: nope.json"),
     (["--cost-model", "README.md"], "cost model README.md: cannot be read"),
+    (["--dynamic", "x:0=9..2"], "--dynamic x:0=9..2: LO 9 > HI 2"),
+    (["--dynamic", "x0=1..8"], "expected INPUT:DIM=LO..HI"),
 ])
 def test_bad_options(out, args, says):
     err = one_line_error(run_cli("matmul_1024", *args, "--out", str(out)), UsageError.exit_code)
@@ -75,6 +77,15 @@ def test_reuse_is_repeatable_and_keeps_the_model_argument(out, tmp_path):
     err = one_line_error(run_cli("--reuse", str(a), "--reuse", str(b), "mlp", "--out", str(out)),
                          UsageError.exit_code)
     assert "b.jsonl" in err
+
+
+def test_dynamic_specs_the_model_does_not_have(out):
+    for spec, says in (("nope:0=1..8", "no input named 'nope'"),
+                       ("0:5=1..8", "has 2 dimensions")):
+        err = one_line_error(run_cli("mlp", "--dynamic", spec, "--out", str(out)),
+                             FrontendError.exit_code)
+        assert says in err
+        assert untouched(out)
 
 
 @pytest.mark.parametrize("source, spec, says", [

@@ -107,7 +107,8 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
     if len(funcs) != 1:
         raise UnsupportedDispatch(f"executable {name}: {len(funcs)} functions")
     if any(not isinstance(v.type, ir.RankedTensorType) for v in call.operands):
-        raise UnsupportedDispatch(f"executable {name}: dynamic workload operands")
+        raise UnsupportedDispatch(f"executable {name}: dynamic shapes (index operands): "
+                                  "left to IREE's default codegen")
     runnable = ir.Module.create()
     with ir.InsertionPoint(runnable.body):
         exe.clone()
@@ -161,7 +162,8 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
     name = ir.StringAttr(func.attributes["sym_name"]).value
     for bad in _UNSUPPORTED:
         if walk_ops(func, bad):
-            raise UnsupportedDispatch(f"dispatch {name}: '{bad}' (dynamic shapes) is not supported yet")
+            raise UnsupportedDispatch(f"dispatch {name}: dynamic shapes ('{bad}'): left to "
+                                      "IREE's default codegen")
     block = func.regions[0].blocks[0]
     n_orig_args = len(block.arguments)  # flow-level dispatches take dispatch tensors as args
     ops = list(block.operations)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from mlir_ansor.dynamic import parse_dynamic
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import TargetError, get_target, host
@@ -80,6 +81,10 @@ class TuneOptions:
     # --reuse file that has one, else the model shipped for the target, else none), "none",
     # or a path to a model a run saved (cost_model.json).
     cost_model: str = "auto"
+    # Dynamic input dimensions, `INPUT:DIM=LO..HI[@NAME]` (mlir_ansor/dynamic.py), applied to
+    # every model: one module serves every size of the range; it is checked at sizes across
+    # it. Dispatches with a dynamic dimension keep IREE's default codegen for now.
+    dynamic: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -116,6 +121,8 @@ class TuneOptions:
             raise UsageError(f"--target {self.target} ({target.device_kind}): tuning needs a "
                              f"runner for that device, and this machine is "
                              f"{here.device_kind} (no remote runner can be reached from here)")
+        for spec in self.dynamic:
+            parse_dynamic(spec)  # a bad spec ends here, before any work
         if self.cost_model not in ("auto", "none"):
             if not Path(self.cost_model).is_file():
                 raise UsageError(f"cost model file not found: {self.cost_model}")

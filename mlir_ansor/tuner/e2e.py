@@ -24,6 +24,7 @@ class EndToEnd:
     tuned_s: float
     applied: tuple[str, ...]
     max_error: float
+    checked: tuple[str, ...] = ()  # the other input sizes both modules matched torch at
 
 
 def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureConfig,
@@ -147,11 +148,13 @@ def check_tuned(tools: Toolchain, model_mlir: Path, library: Path | None, vmfb: 
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
                rounds: int = 11, tuned_mlir: Path | None = None,
-               prebuilt_default: Path | None = None) -> EndToEnd:
+               prebuilt_default: Path | None = None,
+               checks: Sequence[tuple[str, tuple]] = ()) -> EndToEnd:
     """Compile `model_mlir` with IREE's defaults (or take `prebuilt_default`, a module an
     earlier step built from it that way) and `tuned_mlir` (default: the same model, else
-    e.g. with packed weights) with `library`; check both against torch; time torch and both
-    modules side by side."""
+    e.g. with packed weights) with `library`; check both against torch, on `inputs` and on
+    every (label, inputs) of `checks` (other sizes of a dynamic model); time torch and both
+    modules side by side on `inputs`."""
     in_paths = save_inputs(inputs, out_dir)
     refs, mags = torch_reference(model, inputs)
     default_vmfb = out_dir / "default.vmfb"
@@ -172,6 +175,17 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         applied, err = check_tuned(tools, tuned_mlir or model_mlir, library, tuned_vmfb, cfg,
                                    expected, in_paths, refs, mags)
         max_err = max(max_err, err)
+    for i, (_, xs) in enumerate(checks):
+        d = out_dir / f"check{i}"
+        paths = save_inputs(xs, d)
+        r, mg = torch_reference(model, xs)
+        try:
+            max_err = max(max_err, check_outputs(tools, default_vmfb, paths, r, mg, d, cfg))
+        except CompileError as e:
+            raise DefaultModuleError(f"IREE's default build of the model at "
+                                     f"{checks[i][0]}: {e}") from e
+        if not same:
+            max_err = max(max_err, check_outputs(tools, tuned_vmfb, paths, r, mg, d, cfg))
     t_torch: list[float] = []
     t_def: list[float] = []
     t_tuned: list[float] = []
@@ -183,4 +197,5 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     if same:
         t_tuned = t_def  # nothing was tuned: the tuned module is the default one
     return EndToEnd(lower_quartile(t_torch), lower_quartile(t_def),
-                    lower_quartile(t_tuned), tuple(sorted(applied)), max_err)
+                    lower_quartile(t_tuned), tuple(sorted(applied)), max_err,
+                    tuple(label for label, _ in checks))

@@ -35,8 +35,9 @@ def load_factory(spec: str) -> Callable:
     return factory
 
 
-def import_model(model, example_inputs: tuple) -> str:
-    """linalg-on-tensors text of `model`; an import failure names the failing op."""
+def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = None) -> str:
+    """linalg-on-tensors text of `model` (with `dynamic_shapes`, torch.export's, those
+    dimensions dynamic: `?`); an import failure names the failing op."""
     from torch_mlir import fx
 
     # MLIR prints its diagnostics (which name the failing op) straight to fd 2: capture them.
@@ -45,7 +46,8 @@ def import_model(model, example_inputs: tuple) -> str:
         os.dup2(diag.fileno(), 2)
         try:
             module = fx.export_and_import(model, *example_inputs,
-                                          output_type="linalg-on-tensors", func_name="main")
+                                          output_type="linalg-on-tensors", func_name="main",
+                                          dynamic_shapes=dynamic_shapes)
             error = None
         except Exception as e:
             error = e

@@ -11,10 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
+from mlir_ansor.dynamic import size_sets
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
-from mlir_ansor.tuner.e2e import check_tuned, end_to_end, save_inputs, torch_reference
+from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, save_inputs,
+                                  torch_reference)
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
@@ -137,6 +139,11 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
     prebuilt = (m.dir / "e2e" / "layout" / "as_imported.vmfb"
                 if forms.activation and forms.activation.plain_s > 0 else None)
     probe_dir = m.dir / "e2e" / "bisect"
+    checks = []
+    if m.dynamic is not None:
+        for i, sizes in enumerate(size_sets(m.dynamic)):
+            label = ", ".join(f"{s}={v}" for s, v in sizes.items())
+            checks.append((label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))
     for _ in range(len(ex.entries) + 1):  # every failed try drops at least one strategy
         mine = ex.mine(m.name)
         library = write_library(m.dir / LIBRARY, mine)
@@ -145,7 +152,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                               m.dir / "e2e", cfg, [strategy_name(e.task_id) for e in mine],
                               tuned_mlir=(m.dir / "model_tuned.mlir"
                                           if ex.layout(m.name).changed else None),
-                              prebuilt_default=prebuilt)
+                              prebuilt_default=prebuilt, checks=checks)
         except DefaultModuleError:
             raise  # IREE's own module: nothing of ours to drop
         except CompileError as err:
@@ -165,6 +172,10 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                         check_tuned(tools, m.dir / "model_tuned.mlir", lib, probe_dir / "m.vmfb",
                                     cfg, [strategy_name(e.task_id) for e in subset],
                                     in_paths, refs, mags)
+                        for i, (_, xs) in enumerate(checks):  # the other sizes too
+                            d = probe_dir / f"check{i}"
+                            check_outputs(tools, probe_dir / "m.vmfb", save_inputs(xs, d),
+                                          *torch_reference(m.model, xs), d, cfg)
                         return False
                     except CompileError:
                         return True

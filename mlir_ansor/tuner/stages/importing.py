@@ -1,10 +1,12 @@
-"""Stage 1: load each model from its factory and import it with torch-mlir (model.mlir)."""
+"""Stage 1: load each model from its factory and import it with torch-mlir (model.mlir);
+the --dynamic dimensions are checked against each model's inputs and imported as `?`."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from mlir_ansor.dynamic import parse_dynamic, resolve
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.stages.state import ModelIn, RunState
@@ -46,12 +48,15 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
         fac = factory if (factory and single) else load_factory(name)
         model, inputs = call_factory(name, fac)
         d = state.out if single else state.out / safe_dir_name(name)
-        models.append(ModelIn(name, model, inputs, Path(d)))
+        dims = [parse_dynamic(s) for s in state.opts.dynamic]
+        models.append(ModelIn(name, model, inputs, Path(d),
+                              resolve(model, inputs, dims) if dims else None))
     return replace(state, models=tuple(models))
 
 
 def import_models(state: RunState) -> RunState:
     for m in state.models:
         m.dir.mkdir(parents=True, exist_ok=True)
-        (m.dir / "model.mlir").write_text(import_model(m.model, m.inputs))
+        shapes = m.dynamic.export_shapes() if m.dynamic else None
+        (m.dir / "model.mlir").write_text(import_model(m.model, m.inputs, shapes))
     return state

@@ -130,8 +130,10 @@ def e2e_parts(state: RunState) -> list[str]:
         if changed and not hb.wins[m.name]:
             same = (" (the tuned module is slower end to end: IREE's default module is the "
                     "one handed back)")
+        sizes = (f"; dynamic {', '.join(map(str, m.dynamic.dims))}: also matched at "
+                 f"{'; '.join(e.checked)}" if e.checked else "")
         parts.append(f"End to end (model {m.name}, outputs match torch, max abs error "
-                     f"{e.max_error:.2e}){same}:\n"
+                     f"{e.max_error:.2e}{sizes}){same}:\n"
                      + table(["", "torch eager (2 threads)", "IREE default", "tuned"], rows))
     return parts
 
@@ -174,7 +176,7 @@ def write_report(state: RunState) -> RunState:
                        failures=fails[r[0]]) for r in rows],
         "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,
                          "tuned_s": e.tuned_s, "applied": list(e.applied),
-                         "max_abs_error": e.max_error,
+                         "max_abs_error": e.max_error, "also_checked_at": list(e.checked),
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
                          "handed_back": "tuned" if hb.wins[m.name] else "default"}

@@ -26,6 +26,7 @@ class ModelIn:
     model: Any  # torch.nn.Module
     inputs: tuple
     dir: Path
+    dynamic: Any = None  # dynamic.Resolved: the --dynamic dimensions of its inputs
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,158 @@
+"""Dynamic dimensions of a model's inputs (`--dynamic INPUT:DIM=LO..HI`).
+
+A spec names a forward argument (by name or position), one of its dimensions and the range
+of sizes the model must serve. Specs that name the same symbol (`@NAME`, e.g. a batch
+shared by two inputs) are one torch.export `Dim`. torch.export specialises an example size
+of 0 or 1, so the example must have at least 2 there; size 1 is still served and checked.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from mlir_ansor.errors import FrontendError, UsageError
+
+_SPEC = re.compile(r"(?P<input>[A-Za-z_][A-Za-z_0-9]*|\d+):(?P<dim>\d+)="
+                   r"(?P<lo>\d+)\.\.(?P<hi>\d+)(?:@(?P<name>[A-Za-z_][A-Za-z_0-9]*))?")
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    input: str  # the forward argument's name, or its position as digits
+    dim: int
+    lo: int
+    hi: int
+    name: str = ""  # symbol shared by specs that must be equal ("" = its own)
+
+    @property
+    def symbol(self) -> str:
+        return self.name or f"{self.input}_{self.dim}"
+
+    def __str__(self) -> str:
+        return f"{self.input}:{self.dim}={self.lo}..{self.hi}" + (
+            f"@{self.name}" if self.name else "")
+
+
+def parse_dynamic(spec: str) -> DynamicDim:
+    """`INPUT:DIM=LO..HI[@NAME]`, or a UsageError naming what is wrong."""
+    m = _SPEC.fullmatch(spec.strip())
+    if not m:
+        raise UsageError(f"--dynamic {spec!r}: expected INPUT:DIM=LO..HI (e.g. x:0=1..1024; "
+                         "INPUT is the forward argument's name or position)")
+    d = DynamicDim(m["input"], int(m["dim"]), int(m["lo"]), int(m["hi"]), m["name"] or "")
+    if d.lo < 1:
+        raise UsageError(f"--dynamic {spec}: sizes start at 1 (got {d.lo})")
+    if d.lo > d.hi:
+        raise UsageError(f"--dynamic {spec}: LO {d.lo} > HI {d.hi}")
+    return d
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The specs checked against one model: argument positions and torch.export's form."""
+
+    dims: tuple[DynamicDim, ...]
+    positions: tuple[int, ...]  # per spec, the input's position among the example inputs
+    arg_names: tuple[str, ...]  # the forward's argument names, in order
+
+    def range_of(self, symbol: str) -> tuple[int, int]:
+        ds = [d for d in self.dims if d.symbol == symbol]
+        return max(d.lo for d in ds), min(d.hi for d in ds)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.symbol for d in self.dims))
+
+    def export_shapes(self) -> dict:
+        """torch.export `dynamic_shapes`: {argument: {dim: Dim}} (None for static ones)."""
+        import torch
+
+        made = {s: torch.export.Dim(s, min=lo, max=hi)
+                for s in self.symbols for lo, hi in [self.range_of(s)]}
+        shapes: dict = {name: None for name in self.arg_names}
+        for d, pos in zip(self.dims, self.positions):
+            name = self.arg_names[pos]
+            shapes[name] = {**(shapes[name] or {}), d.dim: made[d.symbol]}
+        return shapes
+
+    def inputs_at(self, inputs: tuple, sizes: dict[str, int], seed: int = 0) -> tuple:
+        """The example inputs resized: the symbols' dimensions set to `sizes`; new float
+        data drawn like randn, integer data within the example's range."""
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        out = list(inputs)
+        for pos in sorted(set(self.positions)):
+            x = inputs[pos]
+            shape = list(x.shape)
+            for d, p in zip(self.dims, self.positions):
+                if p == pos:
+                    shape[d.dim] = sizes[d.symbol]
+            if x.is_floating_point():
+                out[pos] = torch.randn(shape, generator=gen, dtype=x.dtype)
+            else:
+                lo, hi = int(x.min()), int(x.max())
+                out[pos] = torch.randint(lo, hi + 1, shape, generator=gen, dtype=x.dtype)
+        return tuple(out)
+
+
+def resolve(model, inputs: Sequence, dims: Sequence[DynamicDim]) -> Resolved:
+    """Check the specs against the model's forward and its example inputs."""
+    forward = getattr(model, "forward", model)
+    try:
+        params = [p for p in inspect.signature(forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = tuple(p.name for p in params[:len(inputs)])
+    if len(names) < len(inputs):
+        names = tuple(f"arg{i}" for i in range(len(inputs)))
+    positions = []
+    for d in dims:
+        if d.input.isdigit():
+            pos = int(d.input)
+            if pos >= len(inputs):
+                raise FrontendError(f"--dynamic {d}: the model takes {len(inputs)} inputs")
+        elif d.input in names:
+            pos = names.index(d.input)
+        else:
+            raise FrontendError(f"--dynamic {d}: no input named '{d.input}' (inputs: "
+                                f"{', '.join(names)})")
+        x = inputs[pos]
+        if d.dim >= x.dim():
+            raise FrontendError(f"--dynamic {d}: input '{names[pos]}' has {x.dim()} "
+                                f"dimensions (shape {tuple(x.shape)})")
+        size = int(x.shape[d.dim])
+        if size < 2:
+            raise FrontendError(f"--dynamic {d}: the example has size {size} there; torch."
+                                "export specialises sizes 0 and 1: give an example of at "
+                                "least 2 (size 1 is still served and checked)")
+        if not d.lo <= size <= d.hi:
+            raise FrontendError(f"--dynamic {d}: the example's size {size} is outside "
+                                f"{d.lo}..{d.hi}")
+        positions.append(pos)
+    return Resolved(tuple(dims), tuple(positions), names)
+
+
+def check_sizes(lo: int, hi: int, most: int = 12) -> tuple[int, ...]:
+    """The sizes every module is checked at: the ends, 1 and 2 when in range, sizes that
+    divide no power-of-two tile (3, 37, 199), the middle, and powers of two between (thinned
+    to `most` sizes in all), sorted."""
+    must = {s for s in (lo, hi, 1, 2, 3, 37, 199, (lo + hi) // 2) if lo <= s <= hi}
+    extra = sorted(p for p in (1 << k for k in range(2, 31)) if lo < p < hi and p not in must)
+    room = max(most - len(must), 0)
+    if room and extra:
+        step = math.ceil(len(extra) / room)
+        must |= set(extra[::step])
+    return tuple(sorted(must))
+
+
+def size_sets(resolved: Resolved) -> list[dict[str, int]]:
+    """The sizes to check a model at: one value per symbol in each set; with several
+    symbols their check sizes are walked side by side (ends together)."""
+    per = {s: check_sizes(*resolved.range_of(s)) for s in resolved.symbols}
+    n = max(len(v) for v in per.values())
+    return [{s: v[min(i * len(v) // n, len(v) - 1)] for s, v in per.items()} for i in range(n)]

@@ -1,0 +1,88 @@
+"""Dynamic input dimensions: specs, their checks against a model, the sizes a module is
+checked at, and a run whose one module serves every size."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mlir_ansor.dynamic import (DynamicDim, check_sizes, parse_dynamic, resolve, size_sets)
+from mlir_ansor.errors import FrontendError, UsageError
+from tests.conftest import DATA
+
+
+class Two(torch.nn.Module):
+    def forward(self, x, ids):
+        return x.sum(-1) + ids.float()
+
+
+def two():
+    return Two(), (torch.randn(4, 8, 16), torch.randint(0, 50, (4, 8)))
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("x:0=1-8", "expected INPUT:DIM=LO..HI"),
+    ("x=1..8", "expected INPUT:DIM=LO..HI"),
+    ("x:0=9..2", "LO 9 > HI 2"),
+    ("x:0=0..8", "sizes start at 1"),
+])
+def test_bad_specs(spec, says):
+    with pytest.raises(UsageError, match=says):
+        parse_dynamic(spec)
+
+
+def test_a_spec_parses_with_a_shared_name():
+    assert parse_dynamic("ids:1=2..512@seq") == DynamicDim("ids", 1, 2, 512, "seq")
+    assert parse_dynamic("0:0=1..64").symbol == "0_0"
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("nope:0=1..8", "no input named 'nope' \\(inputs: x, ids\\)"),
+    ("2:0=1..8", "the model takes 2 inputs"),
+    ("ids:2=1..8", "input 'ids' has 2 dimensions"),
+    ("x:1=10..20", "the example's size 8 is outside 10..20"),
+])
+def test_specs_are_checked_against_the_model(spec, says):
+    model, inputs = two()
+    with pytest.raises(FrontendError, match=says):
+        resolve(model, inputs, [parse_dynamic(spec)])
+
+
+def test_an_example_of_size_one_is_refused():
+    model, (x, ids) = two()
+    with pytest.raises(FrontendError, match="torch.export specialises sizes 0 and 1"):
+        resolve(model, (x[:1], ids[:1]), [parse_dynamic("x:0=1..8")])
+
+
+def test_shared_symbols_and_resized_inputs():
+    model, inputs = two()
+    r = resolve(model, inputs, [parse_dynamic("x:1=2..64@seq"), parse_dynamic("1:1=1..32@seq")])
+    assert r.symbols == ("seq",) and r.range_of("seq") == (2, 32)
+    shapes = r.export_shapes()
+    assert shapes["x"][1] is shapes["ids"][1]  # one Dim: the sizes stay equal
+    x, ids = r.inputs_at(inputs, {"seq": 37})
+    assert x.shape == (4, 37, 16) and ids.shape == (4, 37)
+    assert ids.dtype == inputs[1].dtype and 0 <= int(ids.min()) and int(ids.max()) < 50
+    assert [s["seq"] for s in size_sets(r)] == list(check_sizes(2, 32))
+
+
+def test_check_sizes_cover_the_ends_and_sizes_that_divide_no_tile():
+    s = check_sizes(1, 1024)
+    assert {1, 2, 37, 199, 1024} <= set(s) and len(s) <= 12 and list(s) == sorted(s)
+    assert check_sizes(2, 6) == (2, 3, 4, 6)
+    assert check_sizes(100, 120)[0] == 100 and check_sizes(100, 120)[-1] == 120
+
+
+def test_one_module_serves_every_size(tmp_path):
+    out = tmp_path / "o"
+    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune",
+                          f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=1..64",
+                          "--trials", "0", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "tensor<?x64xf32>" in (out / "model.mlir").read_text()
+    e2e = json.loads((out / "report.json").read_text())["e2e"]
+    checked = next(iter(e2e.values()))["also_checked_at"]
+    assert checked == [f"x_0={s}" for s in check_sizes(1, 64)]
+    assert "dynamic x:0=1..64: also matched at x_0=1;" in res.stdout
