@@ -1,6 +1,8 @@
-"""End-to-end benchmark of bundled models: torch eager (2 threads), IREE default, IREE with
-data tiling, IREE with its channels-last rewrite (models with NCHW convs), and tuned modules,
-timed side by side in one run (interleaved rounds, lower quartile of all repetitions).
+"""End-to-end benchmark of bundled models: torch eager (2 threads; also in channels-last
+memory format for models with 4-D inputs: torch is often faster so), torch.compile
+(Inductor, CPU), IREE default, IREE with data tiling, IREE with its channels-last rewrite
+(models with NCHW convs), and tuned modules, timed side by side in one run (interleaved
+rounds, lower quartile of all repetitions).
 
   python tools/bench_models.py resnet50 --tuned gradient=runs/r50_gradient
   python tools/bench_models.py resnet50 --compare-schedulers --trials 600 --out runs/sched
@@ -14,13 +16,15 @@ side by side.
 Nothing is timed unchecked (tools/module_check.py): every module must compile with exit 0,
 a tuned module must show in IREE's configuration dump the strategies its run applied to
 this model (report.json; else every strategy of the library), and every module's outputs
-must match torch's. A failure prints a FAILED line and its row is left out; IREE's default
+must match torch's; so must torch's channels-last and compiled forms. A failure prints a
+FAILED line and its row is left out; IREE's default
 is the baseline, so its failure stops the benchmark. Everything is written under --out
 (default bench_out/models, ignored by git).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -33,6 +37,7 @@ from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
+from mlir_ansor.tuner.validation import outputs_match
 from module_check import Built, checked, report_failure, run_tuner
 
 
@@ -50,6 +55,38 @@ def tuned_run(model: str, run_dir: Path, plain_src: Path) -> tuple[Path, Path | 
     lib = mdir / "tuned_library.mlir"  # the model's own strategies
     expected = list(e2e["applied"]) if e2e is not None else None
     return (src if src.exists() else plain_src), (lib if lib.exists() else None), expected
+
+
+def torch_forms(model, inputs: tuple, refs, magnitude, cfg: MeasureConfig,
+                failed: list[str]) -> dict[str, tuple]:
+    """label -> (callable, inputs) of each torch form whose outputs match eager's."""
+    import torch
+
+    forms = {"torch eager (2 threads)": (model, inputs)}
+    if any(x.dim() == 4 for x in inputs):
+        cl = torch.channels_last
+        forms["torch eager channels-last"] = (
+            copy.deepcopy(model).to(memory_format=cl),
+            tuple(x.contiguous(memory_format=cl) if x.dim() == 4 else x for x in inputs))
+    try:
+        forms["torch.compile (Inductor)"] = (torch.compile(model), inputs)
+        with torch.no_grad():
+            forms["torch.compile (Inductor)"][0](*inputs)  # compiles now, not in a round
+    except Exception as e:  # torch's compiler, not ours: a FAILED row, the others go on
+        report_failure(f"torch.compile (Inductor): {type(e).__name__}: {str(e)[:200]}")
+        forms.pop("torch.compile (Inductor)", None)
+        failed.append("torch.compile (Inductor)")
+    for label, (m, xs) in list(forms.items())[1:]:
+        with torch.no_grad():
+            out = m(*xs)
+        outs = [o.detach().contiguous().numpy()
+                for o in (out if isinstance(out, (tuple, list)) else (out,))]
+        bad = outputs_match(outs, refs, magnitude, cfg.model_rtol, cfg.atol)
+        if bad:
+            report_failure(f"{label}: does not match torch eager: {bad}")
+            forms.pop(label)
+            failed.append(label)
+    return forms
 
 
 def main() -> int:
@@ -111,19 +148,22 @@ def main() -> int:
     if "IREE default" not in modules:
         report_failure("IREE default is the baseline of every ratio; nothing timed")
         return 1
-    times: dict[str, list[float]] = {k: [] for k in ["torch eager (2 threads)", *modules]}
+    forms = torch_forms(model, inputs, refs, magnitude, cfg, failed)
+    times: dict[str, list[float]] = {k: [] for k in [*forms, *modules]}
     for r in range(args.rounds):
         order = list(modules.items())
         for label, built in (order if r % 2 == 0 else order[::-1]):  # drift cancels
             times[label] += module_times(tools, built.vmfb, in_paths, cfg)
-        times["torch eager (2 threads)"] += torch_times(model, inputs, cfg)
+        for label, (m, xs) in forms.items():
+            times[label] += torch_times(m, xs, cfg)
     base = lower_quartile(times["IREE default"])
+    best_torch = min(lower_quartile(times[k]) for k in forms)
     print(f"\n{args.model}, end to end, {args.rounds} interleaved rounds "
           f"(lower quartile of all repetitions):")
-    print(f"{'':28s} {'ms':>9s} {'vs IREE default':>16s}")
+    print(f"{'':28s} {'ms':>9s} {'vs IREE default':>16s} {'vs best torch':>14s}")
     for label, ts in times.items():
         t = lower_quartile(ts)
-        print(f"{label:28s} {t * 1e3:9.3f} {base / t:15.2f}x")
+        print(f"{label:28s} {t * 1e3:9.3f} {base / t:15.2f}x {best_torch / t:13.2f}x")
     for label in failed:
         print(f"{label:28s} FAILED (see above), not timed")
     return 1 if failed else 0
