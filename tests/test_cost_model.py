@@ -17,7 +17,7 @@ from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, CostModelEr
                                          pairwise_accuracy, recall_at_k)
 from mlir_ansor.tuner import cost_model
 from mlir_ansor.tuner.stages import searching
-from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy
+from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy, SharedEvolution
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.tasks import Task
 from tests.conftest import BATCH_MATMUL, MATMUL, ops_of
@@ -231,3 +231,15 @@ def test_the_search_starts_from_the_model_beside_a_reused_file(tmp_path, monkeyp
     assert base is None and "trained from this run's records only" in note
     base, note = searching.starting_model(_state(tmp_path, cost_model="none"))
     assert base is None and "--cost-model none" in note
+
+
+def test_the_search_says_which_batches_were_random():
+    ops = ops_of(BATCH_MATMUL)
+    factory = SharedEvolution(EvolutionConfig(population=32, generations=1))
+    a, b = factory(make_task(ops, "a"), 0), factory(make_task(ops, "b"), 0)
+    a.propose(4, set(), [])  # no model, no records: random
+    recs = records_for(ops, sample(ops, 40, 0), "a")
+    b.propose(4, set(), recs)  # 40 valid results of task a: the shared model ranks b
+    assert factory.model.own_fit
+    assert factory.line() == ("cost model ranked 1 of 2 batches; random for lack of a "
+                              "trained model: t0 1")

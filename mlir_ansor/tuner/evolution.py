@@ -52,6 +52,7 @@ class EvolutionPolicy:
         self.model.add_task(task)
         self.target = get_target(task.target)
         self.pruner = pruner or Pruner(self.target)
+        self.batches = self.random_batches = 0  # proposals, and those made without a model
 
     @property
     def train_s(self) -> float:
@@ -113,7 +114,9 @@ class EvolutionPolicy:
     def propose(self, n: int, measured: set[str], records: Sequence[Record]) -> list[Program]:
         mine = [r for r in records if r.task_key == self.task.key]
         self.model.update(records)
+        self.batches += 1
         if not self.model.trained:
+            self.random_batches += 1
             return self._random(n, measured)  # too little data: Ansor samples randomly
         n_rand = min(n, math.ceil(n * self.cfg.eps_greedy)) if n > 1 else 0
         out = self.evolve(mine, measured, n - n_rand)
@@ -132,9 +135,21 @@ class SharedEvolution:
         self.base = base
         self.model: CostModel | None = None
         self.pruner: Pruner | None = None
+        self.policies: list[EvolutionPolicy] = []
 
     def __call__(self, task: Task, seed: int) -> EvolutionPolicy:
         if self.model is None:
             self.model = CostModel(replace(self.cfg.model, seed=seed), self.base)
             self.pruner = Pruner(get_target(task.target))
-        return EvolutionPolicy(task, seed, self.cfg, model=self.model, pruner=self.pruner)
+        policy = EvolutionPolicy(task, seed, self.cfg, model=self.model, pruner=self.pruner)
+        self.policies.append(policy)
+        return policy
+
+    def line(self) -> str:
+        """The report's line: how many batches the model ranked, and how many were random
+        because no model was trained yet (per task)."""
+        rand = {p.task.task_id: p.random_batches for p in self.policies if p.random_batches}
+        total = sum(p.batches for p in self.policies)
+        return (f"cost model ranked {total - sum(rand.values())} of {total} batches; random "
+                f"for lack of a trained model: " +
+                (", ".join(f"{t} {n}" for t, n in sorted(rand.items())) or "none"))

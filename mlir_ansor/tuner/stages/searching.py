@@ -124,5 +124,6 @@ def search(state: RunState) -> RunState:
         model = factory.model
         if model is not None and model.trained:
             model.save(state.out / "cost_model.json", state.context.device_kind)
-        notes += (model_note,) + ((factory.pruner.line(),) if factory.pruner else ())
+        notes += (model_note, factory.line()) + \
+            ((factory.pruner.line(),) if factory.pruner else ())
     return replace(state, records=tuple(records), notes=notes)
