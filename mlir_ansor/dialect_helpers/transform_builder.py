@@ -75,6 +75,12 @@ class TB:
         op = structured.TileUsingForOp([any_op()] * n, target, sizes=list(sizes))
         return op.results[0], list(op.results[1:])
 
+    def peel(self, loop_h: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Split an scf.for into the iterations of full steps and the partial last one."""
+        cast = transform.CastOp(transform.OperationType.get("scf.for"), loop_h).result
+        op = loop.LoopPeelOp(any_op(), any_op(), cast)
+        return op.results[0], op.results[1]
+
     def fuse(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, list[ir.Value]]:
         n = _nonzero(sizes)
         op = structured.FuseOp([any_op()] * n, target, tile_sizes=list(sizes))

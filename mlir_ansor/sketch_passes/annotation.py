@@ -18,9 +18,9 @@ from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu, gpu_violations, repair_gpu
 from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
                                             window_loops)
-from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
-                                              VectorizeStep)
-from mlir_ansor.sketch_passes.sketch import Sketch
+from mlir_ansor.sketch_passes.program import (ParallelStep, PeelStep, Program, SplitStep,
+                                              UnrollStep, VectorizeStep)
+from mlir_ansor.sketch_passes.sketch import Sketch, StructureStep
 from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 
 # Innermost tile of a spatial loop other than the contiguous output dim, and the vector
@@ -116,6 +116,37 @@ def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int)
     return tuple(reversed(out))
 
 
+def peel_candidates(root: OpInfo, sketch: Sketch, *,
+                    target: Target | None = None) -> list[int]:
+    """Parallel loops of a root that may be micro-kernel loops (PeelStep): their extent has
+    no good register tile (its largest divisor within the inner limit is under half of it,
+    e.g. 197 tokens). Not for window ops (their 1-D kernels need exact rows) nor with partial
+    sums (rfactor: one kernel copy)."""
+    if window_loops(root) is not None or any(
+            type(s).partial_sum_loop is not StructureStep.partial_sum_loop
+            for s in sketch.structure):
+        return []
+    unit_rows = unit_loops(root)
+    out = []
+    for l in root.parallel_dims:
+        lim, ext = inner_limit(root, l, target=target), root.extents[l]
+        if l not in unit_rows and ext > lim and \
+                max(d for d in divisors(ext) if d <= lim) < lim // 2:
+            out.append(l)
+    return out
+
+
+def peel_sizes(extent: int, limit: int) -> list[int]:
+    """Register tiles of a peeled loop: those that leave a partial last tile."""
+    return [c for c in range(2, min(limit, extent - 1) + 1) if extent % c]
+
+
+def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int]) -> int:
+    """Elements of the root's S1 tile (a peeled loop stays whole there)."""
+    return math.prod(root.extents[l] if l in peeled else s[-1] * s[-2]
+                     for l, s in splits.items())
+
+
 def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
              target: Target | None = None) -> Program:
     """One random complete program of `sketch` for `target` (see the module docstring)."""
@@ -126,18 +157,29 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
     if sketch.root:
         root = op_by_name(ops, sketch.root)
         unit_rows = unit_loops(root)
+        # (Not under a map_store: its stack check assumes dividing workgroup tiles.)
+        peelable = [] if op_by_name(ops, sketch.anchor).map_stored else \
+            peel_candidates(root, sketch, target=target)
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3,
                                         1 if l in unit_rows else
                                         inner_limit(root, l, target=target))
                       for l in root.parallel_dims}
-            local = math.prod(s[-1] * s[-2] for s in splits.values())
+            peeled: set[int] = set()
+            if peelable and rng.random() < 0.5:  # half the programs: a micro-kernel loop
+                l = rng.choice(peelable)
+                peeled = {l}
+                splits[l] = (1, 1, rng.choice(peel_sizes(root.extents[l],
+                                                         inner_limit(root, l, target=target))))
+            local = _s1_tiles(root, splits, peeled)
             if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and (
                     not sketch.local_tile or local <= MAX_LOCAL_TILE) and \
                     map_store_fits(ops, sketch, root, splits):
                 break
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
+        for l in sorted(peeled):
+            prog = prog.with_step(PeelStep(root.name, l))
         window = window_loops(root)
         for l in root.reduction_dims:
             r1 = rng.choice(divisors(root.extents[l]))
@@ -154,8 +196,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                     lanes = [d for d in lanes if d >= fewest]
                 v = rng.choice(lanes)
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
-        outer = [l for l in root.parallel_dims
-                 if root.extents[l] // math.prod(splits[l]) > 1]
+        outer = eligible_parallel(root, prog)
         prog = prog.with_step(ParallelStep(root.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
         last = [prog.split(root.name, l).lengths for l in root.reduction_dims]
         last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
@@ -247,6 +288,13 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
     unit_rows = unit_loops(base) if sk.root else set()
     window = window_loops(base)
     whole = whole_row_loops(ops, sk)
+    peeled = prog.peeled(base.name)
+    if peeled:
+        allowed = set(peel_candidates(base, sk, target=target)) if sk.root and not \
+            op_by_name(ops, sk.anchor).map_stored else set()
+        if len(peeled) > 1 or not peeled <= allowed:
+            errs.append(f"loops {sorted(peeled)}: at most one peeled loop, one with no good "
+                        "register tile, of a root without partial sums or windows")
     for l in base.parallel_dims:
         s = prog.split(base.name, l)
         if s is None or len(s.lengths) != levels:
@@ -256,7 +304,12 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
             if s.lengths != (base.extents[l],):
                 errs.append(f"loop {l}: rows reduced by a producer stay whole")
             continue
-        if base.extents[l] % math.prod(s.lengths):
+        if l in peeled:
+            ext = base.extents[l]
+            if s.lengths[:2] != (1, 1) or s.lengths[-1] not in peel_sizes(
+                    ext, inner_limit(base, l, target=target)):
+                errs.append(f"loop {l}: a peeled loop is (1, 1, c) with c not dividing {ext}")
+        elif base.extents[l] % math.prod(s.lengths):
             errs.append(f"loop {l}: {s.lengths} does not divide {base.extents[l]}")
         limit = 1 if l in unit_rows else inner_limit(base, l, target=target)
         if s.lengths[-1] > limit:
@@ -267,7 +320,8 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
         if math.prod(s[-1] for s in inner) > lim.register_tile:
             errs.append("register tile too large")
-        if sk.local_tile and math.prod(s[-1] * s[-2] for s in inner) > MAX_LOCAL_TILE:
+        if sk.local_tile and _s1_tiles(base, dict(zip(base.parallel_dims, inner)),
+                                       peeled) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
         fewest, most = inner_reduction_range(sk, target=target)
         for l in base.reduction_dims:

@@ -55,10 +55,12 @@ def unit_loops(op: OpInfo) -> set[int]:
 
 
 def eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
-    """Parallel loops whose outermost (workgroup) level has more than one iteration."""
+    """Parallel loops whose outermost (workgroup) level has more than one iteration (a
+    peeled loop stays whole there)."""
     out = []
+    peeled = prog.peeled(op.name)
     for l in op.parallel_dims:
         s = prog.split(op.name, l)
-        if s is not None and op.extents[l] // math.prod(s.lengths) > 1:
+        if s is not None and l not in peeled and op.extents[l] // math.prod(s.lengths) > 1:
             out.append(l)
     return out

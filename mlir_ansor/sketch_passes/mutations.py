@@ -11,8 +11,8 @@ import random
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, repair, unroll_choices,
-                                                 violations)
+from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, peel_sizes, repair,
+                                                 unroll_choices, violations)
 from mlir_ansor.sketch_passes.loops import eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
 from mlir_ansor.targets import Target
@@ -69,6 +69,13 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
     if not splits:
         return None
     step = rng.choice(splits)
+    if step.loop in prog.peeled(base.name):  # a micro-kernel loop: another register tile
+        sizes = [c for c in peel_sizes(base.extents[step.loop], step.lengths[-1] * 2)
+                 if c != step.lengths[-1]]
+        if not sizes:
+            return None
+        new = SplitStep(step.op, step.loop, (1, 1, rng.choice(sizes)))
+        return _checked(ops, _replace(prog, step, new), target)
     levels = split_levels(base, step)
     src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
     if levels[src] == 1:

@@ -44,6 +44,19 @@ class UnrollStep:
 
 
 @dataclass(frozen=True)
+class PeelStep:
+    """Loop `loop` of `op` is a shape-generic micro-kernel loop: its register tile (the
+    split's innermost length) need not divide the extent; the loop stays whole above the
+    register-tile level (not distributed, not tiled at S1) and the partial last tile is
+    peeled into its own copy of the kernel (DietCode's micro-kernels on a static extent,
+    e.g. 197 tokens, a prime)."""
+
+    op: str
+    loop: int
+    kind: str = "peel"
+
+
+@dataclass(frozen=True)
 class VectorizeStep:
     """Vectorize the innermost tile of `op`."""
 
@@ -51,9 +64,9 @@ class VectorizeStep:
     kind: str = "vectorize"
 
 
-Step = Union[SplitStep, ParallelStep, UnrollStep, VectorizeStep]
+Step = Union[SplitStep, ParallelStep, UnrollStep, VectorizeStep, PeelStep]
 _STEP_TYPES = {"split": SplitStep, "parallel": ParallelStep, "unroll": UnrollStep,
-               "vectorize": VectorizeStep}
+               "vectorize": VectorizeStep, "peel": PeelStep}
 
 
 def step_from_dict(d: dict) -> Step:
@@ -77,6 +90,10 @@ class Program:
             if isinstance(s, SplitStep) and s.op == op and s.loop == loop:
                 return s
         return None
+
+    def peeled(self, op: str) -> set[int]:
+        """Loops of `op` with a PeelStep."""
+        return {s.loop for s in self.steps if isinstance(s, PeelStep) and s.op == op}
 
     def find(self, kind: type, op: str):
         for s in self.steps:

@@ -57,6 +57,7 @@ class TilePlan:
         self.parallel = set(par.loops) if par else set()
         self.lengths = {l: program.split(base.name, l).lengths for l in range(len(base.extents))
                         if program.split(base.name, l) is not None}
+        self.peeled = program.peeled(base.name)  # whole above S2, partial tile peeled
         unroll = program.find(UnrollStep, base.name)
         self.unroll = unroll.factor if unroll else 1
 
@@ -70,7 +71,7 @@ class TilePlan:
                 sizes.append(0)
                 continue
             tile = math.prod(self.lengths[l][level:])
-            if level == 0 and l not in self.parallel:
+            if (level == 0 and l not in self.parallel) or (l in self.peeled and level < 2):
                 tile = 0
             sizes.append(0 if tile == ext else tile)
         if level == 0 and not any(sizes):
@@ -115,7 +116,7 @@ class TilePlan:
             p = base.output_dim_of_loop(l)
             if p is not None:
                 t = math.prod(self.lengths[l][level:])
-                if level == 0 and l not in self.parallel:
+                if (level == 0 and l not in self.parallel) or (l in self.peeled and level < 2):
                     t = base.extents[l]
                 shape[p] = t
         return shape
@@ -340,7 +341,17 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 h[root.name], r0_loops = tb.tile_for(h[root.name], r0)
             s2 = plan.base_sizes(2)
             if any(s2):
-                h[root.name], _ = tb.tile_for(h[root.name], s2)
+                h[root.name], s2_loops = tb.tile_for(h[root.name], s2)
+                if plan.peeled:
+                    # The register-tile loop of a micro-kernel extent: full tiles, then the
+                    # partial last one in its own loop; both copies of the root go on.
+                    (l,) = plan.peeled
+                    full, rest = tb.peel(s2_loops[[i for i, s in enumerate(s2) if s].index(l)])
+                    h[root.name] = transform.MergeHandlesOp(
+                        [tb.match_names(full, [root.op_name]),
+                         tb.match_names(rest, [root.op_name])]).result
+                    # The partial tile's sizes fold to constants (a static kernel each).
+                    tb.patterns(func, tbm.tiling_cleanup())
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
             # A structure step (rfactor) may turn one loop's inner tile into partial sums.
             psum = next((p for p in (s.partial_sum_loop(root, vec) for s in sk.structure)

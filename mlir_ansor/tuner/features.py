@@ -118,11 +118,20 @@ def _root_nest(op: OpInfo, program: Program) -> _Nest:
     nest = _Nest(len(op.extents))
     par = program.find(ParallelStep, op.name)
     distributed = set(par.loops) if par else set()
+    peeled = program.peeled(op.name)
     last_out = len(op.output.shape) - 1
     for l, ext in enumerate(op.extents):
         step = program.split(op.name, l)
         lengths = step.lengths if step else ()
-        if op.iterators[l] == "parallel":
+        if l in peeled:  # whole above S2; ceil(ext / c) register tiles, the last partial
+            c = lengths[-1]
+            nest.trip["s2"] *= -(-ext // c)
+            nest.trip["s3"] *= c
+            for lvl, t in zip(LEVELS, (c, c, ext, ext, ext)):
+                nest.tiles[lvl][l] = t
+            if op.output_dim_of_loop(l) == last_out:
+                nest.lanes, nest.vector_loop = c, l
+        elif op.iterators[l] == "parallel":
             a, b, c = (tuple(1 for _ in range(3 - len(lengths))) + tuple(lengths))[-3:]
             wg_tile = a * b * c if l in distributed else ext
             nest.trip["s0"] *= ext // wg_tile

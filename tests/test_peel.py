@@ -1,0 +1,95 @@
+"""Micro-kernel loops (PeelStep): a register tile that need not divide its loop, the partial
+last tile peeled. Which loops get one, what is valid, and that such programs run correctly."""
+import json
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import annotate, peel_candidates, violations
+from mlir_ansor.sketch_passes.mutations import mutate_tile_size
+from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, Program, SplitStep
+from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
+from mlir_ansor.tuner.status import Status
+from tests.conftest import MATMUL, linalg_func, ops_of, prepared_measurer
+
+
+def matmul(m, k=256, n=384):
+    return linalg_func(f"%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>", f"tensor<{m}x{n}xf32>",
+                       f"""
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{m}x{n}xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>)
+       outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %r : tensor<{m}x{n}xf32>""")
+
+
+def programs(text, n=200, seed=0):
+    ops = ops_of(text)
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(seed)
+    return ops, [annotate(ops, sks[i % len(sks)], rng) for i in range(n)]
+
+
+def test_only_loops_without_a_good_register_tile_are_peeled():
+    ops, progs = programs(matmul(197))
+    root = ops[-1]
+    assert peel_candidates(root, generate_sketches(ops, default_cpu_rules())[0]) == [0]
+    peeled = [p for p in progs if p.peeled(root.name)]
+    assert 0.3 < len(peeled) / len(progs) < 0.7  # half of them: the other half divides
+    for p in peeled:
+        assert p.peeled(root.name) == {0} and not violations(ops, p)
+        c = p.split(root.name, 0).lengths
+        assert c[:2] == (1, 1) and 197 % c[2] and 0 not in p.find(ParallelStep, root.name).loops
+    ops128, progs128 = programs(MATMUL)
+    assert not any(p.peeled(ops128[-1].name) for p in progs128)
+
+
+def test_what_a_peeled_program_may_not_be():
+    ops, progs = programs(matmul(197))
+    root = ops[-1].name
+    p = next(q for q in progs if q.peeled(root))
+    assert Program.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+    def edit(prog, old, new):
+        return Program(prog.sketch, tuple(new if s == old else s for s in prog.steps))
+
+    split0 = p.split(root, 0)
+    assert violations(ops, edit(p, split0, replace(split0, lengths=(2, 1, 7))))  # not (1,1,c)
+    par = p.find(ParallelStep, root)
+    assert any("parallel loops" in e for e in violations(ops, edit(p, par, replace(
+        par, loops=(0,) + par.loops))))  # a peeled loop is never distributed
+    two = Program(p.sketch, p.steps + (PeelStep(root, 1),))  # 384 has good tiles
+    assert any("at most one peeled loop" in e for e in violations(ops, two))
+    rng = random.Random(3)
+    kids = [mutate_tile_size(ops, p, rng) for _ in range(40)]
+    assert any(k is not None and k.split(root, 0) != split0 for k in kids)
+    assert all(k is None or (k.peeled(root) == {0} and not violations(ops, k)) for k in kids)
+
+
+def test_features_count_the_partial_tile():
+    ops, progs = programs(matmul(197))
+    p = next(q for q in progs if q.peeled(ops[-1].name))
+    c = p.split(ops[-1].name, 0).lengths[2]
+    row = program_features(ops, p)[-1]
+    others = math.prod(p.split(ops[-1].name, 1).lengths[1:2])
+    s2 = row[FEATURE_NAMES.index("trip_s2")]
+    assert s2 == pytest.approx(math.log2(1 + math.ceil(197 / c) * others))
+
+
+def test_peeled_programs_compile_apply_and_match(tools, tmp_path):
+    m = prepared_measurer(tools, tmp_path, matmul(37, 64, 96))
+    root = m.task.ops[-1].name
+    rng = random.Random(0)
+    progs = []
+    while len(progs) < 3:
+        sk = m.task.sketches[len(progs) % len(m.task.sketches)]
+        p = annotate(m.task.ops, sk, rng)
+        if p.peeled(root):
+            progs.append(p)
+    got = list(m.measure_iter(progs))
+    assert [r.status for r in got] == [Status.OK] * 3, [r.error for r in got]
