@@ -15,8 +15,8 @@ from mlir_ansor.dynamic import size_sets
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
-from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, save_inputs,
-                                  torch_reference)
+from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, model_reference,
+                                  save_inputs)
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
@@ -163,19 +163,25 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                 drop = {e.task_id for e in mine if strategy_name(e.task_id) in err.missing}
                 why = "not applied in the model: default kept"
             else:
-                in_paths = save_inputs(m.inputs, probe_dir)
-                refs, mags = torch_reference(m.model, m.inputs)
+                # The same references end_to_end used (torch's, or IREE's default's where
+                # that differs from torch a little), at every checked size.
+                default = m.dir / "e2e" / "default.vmfb"
+                refs = []
+                for i, xs in enumerate([m.inputs] + [x for _, x in checks]):
+                    d = probe_dir / f"check{i}"
+                    paths = save_inputs(xs, d)
+                    r, mg, _, _ = model_reference(tools, default, m.model, xs, paths, d, cfg)
+                    refs.append((paths, r, mg, d))
 
                 def fails(subset: Sequence[TunedEntry]) -> bool:
                     lib = write_library(probe_dir / "lib.mlir", subset)
                     try:
+                        paths, r, mg, _ = refs[0]
                         check_tuned(tools, m.dir / "model_tuned.mlir", lib, probe_dir / "m.vmfb",
                                     cfg, [strategy_name(e.task_id) for e in subset],
-                                    in_paths, refs, mags)
-                        for i, (_, xs) in enumerate(checks):  # the other sizes too
-                            d = probe_dir / f"check{i}"
-                            check_outputs(tools, probe_dir / "m.vmfb", save_inputs(xs, d),
-                                          *torch_reference(m.model, xs), d, cfg)
+                                    paths, r, mg)
+                        for paths, r, mg, d in refs[1:]:  # the other sizes too
+                            check_outputs(tools, probe_dir / "m.vmfb", paths, r, mg, d, cfg)
                         return False
                     except CompileError:
                         return True

@@ -132,7 +132,9 @@ def e2e_parts(state: RunState) -> list[str]:
                     "one handed back)")
         sizes = (f"; dynamic {', '.join(map(str, m.dynamic.dims))}: also matched at "
                  f"{'; '.join(e.checked)}" if e.checked else "")
-        parts.append(f"End to end (model {m.name}, outputs match torch, max abs error "
+        match = (f"outputs match IREE's default, not torch: {e.default_differs}"
+                 if e.default_differs else "outputs match torch")
+        parts.append(f"End to end (model {m.name}, {match}, max abs error "
                      f"{e.max_error:.2e}{sizes}){same}:\n"
                      + table(["", "torch eager (2 threads)", "IREE default", "tuned"], rows))
     return parts
@@ -177,6 +179,7 @@ def write_report(state: RunState) -> RunState:
         "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,
                          "tuned_s": e.tuned_s, "applied": list(e.applied),
                          "max_abs_error": e.max_error, "also_checked_at": list(e.checked),
+                         "default_differs_from_torch": e.default_differs,
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
                          "handed_back": "tuned" if hb.wins[m.name] else "default"}
