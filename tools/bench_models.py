@@ -31,9 +31,8 @@ from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
                                                           channels_first_convs)
-from mlir_ansor.examples import EXAMPLES
 from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_reference, torch_times
-from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -92,14 +91,15 @@ def torch_forms(model, inputs: tuple, refs, magnitude, cfg: MeasureConfig,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", choices=sorted(EXAMPLES))
+    ap.add_argument("model", help="a bundled example or path/to/file.py:factory (e.g. "
+                    "tools/heldout_models.py:vit_block)")
     ap.add_argument("--tuned", nargs="*", default=[], metavar="LABEL=DIR")
     ap.add_argument("--compare-schedulers", action="store_true")
     ap.add_argument("--trials", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("bench_out/models"))
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    out = args.out / args.model
+    out = args.out / safe_dir_name(args.model)
     out.mkdir(parents=True, exist_ok=True)
     bad = [t for t in args.tuned if "=" not in t]
     if bad:
@@ -115,7 +115,7 @@ def main() -> int:
                 return 1
             tuned[f"tuned ({sched})"] = str(run_dir)
     tools, cfg = Toolchain.find(), MeasureConfig()
-    model, inputs = EXAMPLES[args.model]()
+    model, inputs = load_factory(args.model)()
     src = out / "model.mlir"
     src.write_text(import_model(model, inputs))
     in_paths = save_inputs(inputs, out / "inputs")
