@@ -41,9 +41,10 @@ def to_channels_last(model_mlir: str) -> str:
         before = len(walk_ops(module.operation, _CHANNELS_FIRST))
         if not before:
             raise LayoutRewriteError("the model has no NCHW convolution to convert")
+        pipeline = PassManager.parse(_PIPELINE)
         try:
-            PassManager.parse(_PIPELINE).run(module.operation)
-        except Exception as e:  # MLIR's diagnostics are in the message
+            pipeline.run(module.operation)
+        except ir.MLIRError as e:  # a pass failed on this model; the diagnostics say why
             raise LayoutRewriteError(f"converting to channels-last failed: {e}") from e
         left = len(walk_ops(module.operation, _CHANNELS_FIRST))
         if left:

@@ -195,11 +195,14 @@ def rewrite(model_mlir: str, sites: Sequence[PackSite]) -> str:
             ops[s.index].attributes[SITE_ATTR] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), s.index)
         script, seq = _transform_module(sites)
+        cleanup = PassManager.parse("builtin.module(canonicalize,"
+                                    "iree-global-opt-simplify-pack-unpack,canonicalize)")
         try:
             interpreter.apply_named_sequence(module.operation, seq, script)
-            PassManager.parse("builtin.module(canonicalize,iree-global-opt-simplify-pack-unpack,"
-                              "canonicalize)").run(module.operation)
-        except Exception as e:  # MLIR reports the failing transform in the message
+            cleanup.run(module.operation)
+        # What the bindings raise when a transform or pass fails on the payload (the
+        # message names it); anything else is our bug and propagates.
+        except (ValueError, ir.MLIRError) as e:
             raise LayoutRewriteError(f"packing the weights failed: {e}") from e
         left = [o for o in _linalg_ops(module) if SITE_ATTR in o.attributes]
         if left:
