@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu, gpu_violations, repair_gpu
-from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
-                                            window_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, largest_divisor,
+                                            op_by_name, unit_loops, window_loops)
 from mlir_ansor.sketch_passes.program import (ParallelStep, PeelStep, Program, SplitStep,
                                               UnrollStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch, StructureStep
@@ -130,8 +130,7 @@ def peel_candidates(root: OpInfo, sketch: Sketch, *,
     out = []
     for l in root.parallel_dims:
         lim, ext = inner_limit(root, l, target=target), root.extents[l]
-        if l not in unit_rows and ext > lim and \
-                max(d for d in divisors(ext) if d <= lim) < lim // 2:
+        if l not in unit_rows and ext > lim and largest_divisor(ext, lim) < lim // 2:
             out.append(l)
     return out
 

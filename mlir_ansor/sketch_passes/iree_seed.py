@@ -20,8 +20,8 @@ from mlir_ansor.dialect_helpers.linalg_info import OpInfo, tileable_ops
 from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, inner_limit,
                                                  inner_reduction_range, map_store_fits,
                                                  violations, whole_row_loops)
-from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, op_by_name, unit_loops,
-                                            window_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, largest_divisor,
+                                            op_by_name, unit_loops, window_loops)
 from mlir_ansor.sketch_passes.program import (ParallelStep, Program, SplitStep, UnrollStep,
                                               VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -52,10 +52,6 @@ def iree_tile_levels(configured: str) -> tuple[Levels, ...]:
             out.append(tuple((name, tuple(int(v) for v in vals.split(",") if v.strip()))
                              for name, vals in _LEVEL.findall(text)))
         return tuple(out)
-
-
-def _largest_divisor(n: int, limit: int) -> int:
-    return max(d for d in divisors(n) if d <= max(limit, 1))
 
 
 def _fit_map_store(ops: Sequence[OpInfo], sketch: Sketch, base: OpInfo,
@@ -97,9 +93,9 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels, *,
         splits: dict[int, tuple[int, ...]] = {}
         for l in base.parallel_dims:
             ext = base.extents[l]
-            wg = _largest_divisor(ext, at(dist, l) or ext)
+            wg = largest_divisor(ext, at(dist, l) or ext)
             limit = 1 if l in unit else inner_limit(base, l, target=target)
-            reg = _largest_divisor(wg, min(at(vec, l) or 1, limit))
+            reg = largest_divisor(wg, min(at(vec, l) or 1, limit))
             # Workgroup tile -> register tiles directly (IREE's two parallel levels).
             splits[l] = (wg // reg, 1, reg)
         splits = _fit_map_store(ops, sketch, base, splits)
@@ -109,17 +105,17 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels, *,
         for l in base.reduction_dims:
             ext = base.extents[l]
             if l in window:
-                prog = prog.with_step(SplitStep(base.name, l, (_largest_divisor(
+                prog = prog.with_step(SplitStep(base.name, l, (largest_divisor(
                     ext, at(red, l) or ext),)))
             else:
-                v = _largest_divisor(ext, min(at(red, l) or ext,
+                v = largest_divisor(ext, min(at(red, l) or ext,
                                               inner_reduction_range(sketch, target=target)[1]))
                 prog = prog.with_step(SplitStep(base.name, l, (ext, v)))
     else:
         whole = whole_row_loops(ops, sketch)
         for l in base.parallel_dims:
             ext = base.extents[l]
-            tile = ext if l in whole else _largest_divisor(
+            tile = ext if l in whole else largest_divisor(
                 ext, min(at(dist, l) or ext, inner_limit(base, l, target=target)))
             prog = prog.with_step(SplitStep(base.name, l, (tile,)))
     eligible = eligible_parallel(base, prog)

@@ -14,6 +14,11 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of `n` that is at most `limit` (1 when `limit` < 1)."""
+    return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+
+
 def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
     for o in ops:
         if o.name == name:

@@ -22,7 +22,7 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
-from mlir_ansor.sketch_passes.loops import batch_loops, op_by_name
+from mlir_ansor.sketch_passes.loops import batch_loops, largest_divisor, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -61,6 +61,11 @@ class TilePlan:
         unroll = program.find(UnrollStep, base.name)
         self.unroll = unroll.factor if unroll else 1
 
+    def _whole_at(self, loop: int, level: int) -> bool:
+        """Whether a parallel loop of the base op is untiled at `level`: not distributed
+        over workgroups (level 0), or peeled (whole above S2)."""
+        return (level == 0 and loop not in self.parallel) or (loop in self.peeled and level < 2)
+
     def base_sizes(self, level: int) -> list[int]:
         """Tile sizes of the base op's loops at `level` (0 = forall; for parallel loops
         level k tiles by the product of lengths[k:], 0 = untiled)."""
@@ -70,9 +75,7 @@ class TilePlan:
             if base.iterators[l] != "parallel":
                 sizes.append(0)
                 continue
-            tile = math.prod(self.lengths[l][level:])
-            if (level == 0 and l not in self.parallel) or (l in self.peeled and level < 2):
-                tile = 0
+            tile = 0 if self._whole_at(l, level) else math.prod(self.lengths[l][level:])
             sizes.append(0 if tile == ext else tile)
         if level == 0 and not any(sizes):
             # One workgroup: tile the outermost loop by its full extent.
@@ -115,10 +118,8 @@ class TilePlan:
         for l in base.parallel_dims:
             p = base.output_dim_of_loop(l)
             if p is not None:
-                t = math.prod(self.lengths[l][level:])
-                if (level == 0 and l not in self.parallel) or (l in self.peeled and level < 2):
-                    t = base.extents[l]
-                shape[p] = t
+                shape[p] = base.extents[l] if self._whole_at(l, level) else \
+                    math.prod(self.lengths[l][level:])
         return shape
 
 
@@ -194,7 +195,7 @@ def _tile_last(op: OpInfo, plan: "TilePlan", shape: Sequence[int]) -> int:
 def chunk(extent: int, limit: int) -> int:
     """Tile size of a loop cut into the largest chunks of at most `limit` that divide it
     (0: the loop stays whole)."""
-    size = max(d for d in range(1, min(extent, limit) + 1) if extent % d == 0)
+    size = largest_divisor(extent, limit)
     return 0 if size == extent else size
 
 
