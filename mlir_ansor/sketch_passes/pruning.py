@@ -90,19 +90,21 @@ class Pruner:
         # Evolution scores the same programs in several generations: judge each once.
         self._cache: dict[tuple[str, str], list[str]] = {}
 
-    def demotions(self, task: Workload, programs: Sequence[Program]) -> list[float]:
-        """Per program of `task`: 1.0, or DEMOTE when any rule flags it."""
-        out = []
+    def judge(self, task: Workload, program: Program) -> list[str]:
+        """The rules that flag a candidate of `task` (counted for the report)."""
         if len(self._cache) > 200_000:
             self._cache.clear()
-        for p in programs:
-            names = self._cache.get((task.key, p.key))
-            if names is None:
-                names = self._cache[(task.key, p.key)] = flagged(task.ops, p, self.target)
-            self.seen += 1
-            self.counts.update(names)
-            out.append(DEMOTE if names else 1.0)
-        return out
+        names = self._cache.get((task.key, program.key))
+        if names is None:
+            names = self._cache[(task.key, program.key)] = flagged(task.ops, program,
+                                                                   self.target)
+        self.seen += 1
+        self.counts.update(names)
+        return names
+
+    def demotions(self, task: Workload, programs: Sequence[Program]) -> list[float]:
+        """Per program of `task`: 1.0, or DEMOTE when any rule flags it."""
+        return [DEMOTE if self.judge(task, p) else 1.0 for p in programs]
 
     def line(self) -> str:
         """The report's line: the share of candidates each rule flagged."""

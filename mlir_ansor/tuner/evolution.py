@@ -70,7 +70,7 @@ class EvolutionPolicy:
             return not violations(ops, p, target=self.target)
 
         out = sample_unmeasured(draw, n, exclude, 16, keep=lambda p: valid(p) and
-                                self.pruner.demotions(self.task, [p]) == [1.0])
+                                not self.pruner.judge(self.task, p))
         return out + sample_unmeasured(draw, n - len(out), exclude | {p.key for p in out}, 4,
                                        keep=valid)
 
