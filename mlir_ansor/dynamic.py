@@ -156,3 +156,33 @@ def size_sets(resolved: Resolved) -> list[dict[str, int]]:
     per = {s: check_sizes(*resolved.range_of(s)) for s in resolved.symbols}
     n = max(len(v) for v in per.values())
     return [{s: v[min(i * len(v) // n, len(v) - 1)] for s, v in per.items()} for i in range(n)]
+
+
+def tune_sizes(lo: int, hi: int, most: int = 5) -> tuple[int, ...]:
+    """The sizes a dynamic task is measured at while tuning (its joint objective): the
+    ends and sizes spread geometrically between them, odd ones (a tile divides none of
+    them, as most sizes a model sees). Disjoint from `check_sizes` where the range allows,
+    so the hand-back is checked at sizes the search never saw."""
+    if hi - lo + 1 <= most:
+        return tuple(range(lo, hi + 1))
+    out = {lo, hi}
+    for i in range(1, most - 1):
+        x = round(lo * (hi / lo) ** (i / (most - 1)))
+        x |= 1  # odd
+        while x in out or x in (37, 199) or x >= hi:
+            x += 2 if x + 2 < hi else -2
+        out.add(max(x, lo))
+    return tuple(sorted(out))
+
+
+def tune_samples(resolved: Resolved, most: int = 5) -> list[tuple[tuple[tuple[int, int], int], ...]]:
+    """The size samples of a model: per sample, ((input position, dim), size) for every
+    --dynamic spec; several symbols walk their sizes side by side (ends together)."""
+    per = {s: tune_sizes(*resolved.range_of(s), most) for s in resolved.symbols}
+    n = max(len(v) for v in per.values())
+    out = []
+    for i in range(n):
+        at = {s: v[min(i * len(v) // n, len(v) - 1)] for s, v in per.items()}
+        out.append(tuple(((pos, d.dim), at[d.symbol])
+                         for d, pos in zip(resolved.dims, resolved.positions)))
+    return out

@@ -63,7 +63,7 @@ def _script(tmp_path: Path, body: str) -> str:
 
 def test_a_candidate_that_segfaults_is_a_run_error(mm, built, tmp_path):
     runner = LocalRunner(_script(tmp_path, "kill -SEGV $$\n"), mm.tools.benchmark)
-    res = runner.run(mm.run_input(built))
+    res = runner.run(mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_ERROR and "SIGSEGV" in res.error
 
 
@@ -71,7 +71,7 @@ def test_a_candidate_that_hangs_is_killed_with_its_children(mm, built, tmp_path)
     pidfile = tmp_path / "child.pid"
     tool = _script(tmp_path, f"sleep 300 &\necho $! > {pidfile}\nwait\n")
     start = time.monotonic()
-    res = LocalRunner(tool, mm.tools.benchmark, timeout_s=1.0).run(mm.run_input(built))
+    res = LocalRunner(tool, mm.tools.benchmark, timeout_s=1.0).run(mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_TIMEOUT and time.monotonic() - start < 30
     child = int(pidfile.read_text())
     time.sleep(0.2)
@@ -80,7 +80,7 @@ def test_a_candidate_that_hangs_is_killed_with_its_children(mm, built, tmp_path)
 
 def test_a_run_past_the_memory_cap_is_out_of_memory(mm, built):
     runner = replace(mm.runner, mem_bytes=60 << 20)  # IREE's runtime cannot even start
-    res = runner.run(mm.run_input(built))
+    res = runner.run(mm.run_input(built, mm.points[0]))
     assert res.status == Status.OUT_OF_MEMORY, res
 
 
@@ -102,7 +102,7 @@ def test_a_compile_that_hangs_is_a_compile_timeout(mm, tmp_path):
 def test_a_run_that_writes_no_results_is_a_run_error(mm, built, tmp_path):
     # A run tool that "succeeds" without writing the results the reference expects.
     res = LocalRunner(_script(tmp_path, "exit 0\n"), mm.tools.benchmark).run(
-        mm.run_input(built))
+        mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_ERROR and "no results written" in res.error
 
 
@@ -185,8 +185,8 @@ def test_a_signal_while_the_main_thread_waits_on_a_child_is_an_interrupt(tmp_pat
 
 def test_unreadable_benchmark_output_is_a_run_error(mm, built, tmp_path):
     bench = _script(tmp_path, "echo 'not json'\n")
-    res = LocalRunner(mm.tools.run, bench).run(mm.run_input(built))
+    res = LocalRunner(mm.tools.run, bench).run(mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_ERROR and "unreadable benchmark output" in res.error
     empty = _script(tmp_path, "echo '{\"benchmarks\": []}'\n")
-    res = LocalRunner(mm.tools.run, empty).run(mm.run_input(built))
+    res = LocalRunner(mm.tools.run, empty).run(mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_ERROR and "no repetition" in res.error

@@ -1,5 +1,6 @@
 """Measurement honesty: only applied, validated strategies count as tuned."""
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -82,14 +83,14 @@ def test_an_emitter_that_raises_is_an_internal_error(mm_measurer, monkeypatch):
 
 
 def test_wrong_answer_is_rejected(mm_measurer, tmp_path):
-    saved = mm_measurer.reference
+    saved = mm_measurer.points[0]
     wrong = tmp_path / "wrong.npy"  # the reference disagrees with every candidate
-    np.save(wrong, np.load(saved[0]) + np.float32(0.5))
-    mm_measurer.reference = [wrong]
+    np.save(wrong, np.load(saved.reference[0]) + np.float32(0.5))
+    mm_measurer.points[0] = replace(saved, reference=(wrong,))
     try:
         recs = mm_measurer.measure(_programs(mm_measurer, 1, seed=7))
     finally:
-        mm_measurer.reference = saved
+        mm_measurer.points[0] = saved
     assert recs[0].status == "wrong_answer" and recs[0].latency_s is None
 
 
@@ -210,7 +211,7 @@ def test_preparing_a_task_is_not_bound_by_the_candidate_timeout(tools, tmp_path)
             if t.tunable][0]
     m = M.TaskMeasurer(task, tmp_path / "t", tools, M.MeasureConfig(compile_timeout_s=0.01))
     m.prepare()
-    assert m.reference and m.magnitude
+    assert m.points[0].reference and m.points[0].magnitude
 
 
 def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
@@ -220,12 +221,12 @@ def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
     progs = _programs(mm_measurer, 2, seed=21)
     default_s, times = mm_measurer.remeasure(progs, rounds=1)
     assert default_s > 0 and all(t is not None for t in times)
-    saved = mm_measurer.reference
+    saved = mm_measurer.points[0]
     wrong = tmp_path / "wrong.npy"
-    np.save(wrong, np.load(saved[0]) * np.float32(-1))
-    mm_measurer.reference = [wrong]
+    np.save(wrong, np.load(saved.reference[0]) * np.float32(-1))
+    mm_measurer.points[0] = replace(saved, reference=(wrong,))
     try:
         _, times = mm_measurer.remeasure(progs, rounds=1)
     finally:
-        mm_measurer.reference = saved
+        mm_measurer.points[0] = saved
     assert times == [None, None]

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
+from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr, size_expr
 from mlir_ansor.errors import UnsupportedDispatch
 
 _LOADS = ("iree_tensor_ext.dispatch.tensor.load", "iree_codegen.load_from_buffer")
 _STORES = ("iree_tensor_ext.dispatch.tensor.store", "iree_codegen.store_to_buffer")
 _SUBSPAN = "hal.interface.binding.subspan"
-_UNSUPPORTED = ("hal.interface.constant.load", "iree_tensor_ext.dispatch.workload.ordinal")
+_ORDINAL = "iree_tensor_ext.dispatch.workload.ordinal"
+# Index plumbing of a dynamic dispatch: dead once loads are arguments and sizes tensor.dim.
+_SIZE_PLUMBING = ("flow.dispatch.tie_shape", _ORDINAL, "hal.interface.constant.load",
+                  "arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi",
+                  "arith.trunci", "arith.ori", "arith.shli", "util.assume.int")
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,9 @@ class DispatchFunc:
     task_mlir: str  # module text holding `func.func @main`
     input_types: tuple[str, ...]
     output_types: tuple[str, ...]
+    # Per `?` of an argument: (argument, dim, workload ordinal of its size); equal ordinals
+    # are equal sizes.
+    dynamic_dims: tuple[tuple[int, int, int], ...] = ()
 
 
 def walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
@@ -64,6 +72,9 @@ class FlowDispatch:
     skip_reason: str = ""
     input_types: tuple[str, ...] = ()  # of the runnable @main
     output_types: tuple[str, ...] = ()
+    # Per `?` of the runnable @main's inputs: (input, dim, its size in the model's inputs).
+    size_exprs: tuple[tuple[int, int, SizeExpr], ...] = ()
+    ordinal_exprs: tuple[SizeExpr, ...] = ()  # per workload ordinal: its size in the model
 
 
 def flow_dispatches(module: ir.Module) -> list[FlowDispatch]:
@@ -99,27 +110,64 @@ def flow_dispatches(module: ir.Module) -> list[FlowDispatch]:
     return out
 
 
+def _segments(op: ir.Operation) -> list[list[ir.Value]]:
+    """The operands of `op` split by its operandSegmentSizes."""
+    sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    operands, out, at = list(op.operands), [], 0
+    for n in sizes:
+        out.append(operands[at:at + n])
+        at += n
+    return out
+
+
 def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> FlowDispatch:
+    """The runnable module: `@main(tensors)` calls the dispatch once. A dynamic dispatch's
+    index operands (workload, sizes) become `tensor.dim`s of @main's arguments, and each
+    `?` of those keeps how the model computes it (`SizeExpr`)."""
     from iree.compiler.dialects import func as func_d
 
     call = users[0]
     funcs = walk_ops(exe, "func.func")
     if len(funcs) != 1:
         raise UnsupportedDispatch(f"executable {name}: {len(funcs)} functions")
-    if any(not isinstance(v.type, ir.RankedTensorType) for v in call.operands):
-        raise UnsupportedDispatch(f"executable {name}: dynamic shapes (index operands): "
-                                  "left to IREE's default codegen")
+    workload, args, arg_dims, _ = _segments(call)
+    tensors = [v for v in args if isinstance(v.type, ir.RankedTensorType)]
+    # Which main argument dimension each size value of the call is.
+    sized: list[tuple[ir.Value, int, int]] = []
+    dims_iter = iter(arg_dims)
+    for i, v in enumerate(tensors):
+        for d, n in enumerate(v.type.shape):
+            if v.type.is_dynamic_dim(d):
+                sized.append((next(dims_iter), i, d))
+    exprs = tuple((i, d, size_expr(v)) for v, i, d in sized)
     runnable = ir.Module.create()
     with ir.InsertionPoint(runnable.body):
         exe.clone()
-        ftype = ir.FunctionType.get([v.type for v in call.operands],
-                                    [r.type for r in call.results])
+        ftype = ir.FunctionType.get([v.type for v in tensors], [r.type for r in call.results])
         main = func_d.FuncOp("main", ftype)
         entry = main.add_entry_block()
         with ir.InsertionPoint(entry):
+            dims = []
+            for _, i, d in sized:
+                c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
+                                        attributes={"value": ir.IntegerAttr.get(
+                                            ir.IndexType.get(), d)}).result
+                dims.append(ir.Operation.create(
+                    "tensor.dim", results=[ir.IndexType.get()],
+                    operands=[entry.arguments[i], c]).result)
             new_call = call.clone()
-            for i, arg in enumerate(entry.arguments):
-                new_call.operands[i] = arg
+            t = 0
+            for k, v in enumerate(call.operands):
+                if isinstance(v.type, ir.RankedTensorType):
+                    new_call.operands[k] = entry.arguments[t]
+                    t += 1
+                    continue
+                at = next((j for j, (s, _, _) in enumerate(sized) if s == v), None)
+                if at is None:
+                    raise UnsupportedDispatch(
+                        f"executable {name}: an index operand is not a size of its tensor "
+                        "operands")
+                new_call.operands[k] = dims[at]
             func_d.ReturnOp(list(new_call.results))
     if not runnable.operation.verify():
         raise UnsupportedDispatch(f"executable {name}: task module does not verify")
@@ -128,8 +176,9 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
     with ir.InsertionPoint(holder.body):
         copy = funcs[0].clone()
     return FlowDispatch(name, to_task_function(copy), str(runnable), len(users), "",
-                        tuple(str(v.type) for v in call.operands),
-                        tuple(str(r.type) for r in call.results))
+                        tuple(str(v.type) for v in tensors),
+                        tuple(str(r.type) for r in call.results), exprs,
+                        tuple(size_expr(v) for v in workload))
 
 
 def codegen_view(configured: str) -> DispatchFunc:
@@ -158,12 +207,33 @@ def to_task_function(func: ir.Operation) -> DispatchFunc:
         return _to_task_function(func)
 
 
+def _dynamic_result_sizes(load: ir.Operation) -> list[tuple[int, ir.Value]]:
+    """(result dim, size value) of each `?` a load produces: from its sizes (flow level) or
+    from the dynamic dims of the binding it reads (codegen's load_from_buffer)."""
+    rtype = ir.RankedTensorType(load.results[0].type)
+    dyn = [d for d in range(rtype.rank) if rtype.is_dynamic_dim(d)]
+    if not dyn:
+        return []
+    if "static_sizes" not in load.attributes:
+        src = load.operands[0].owner
+        if src.name != _SUBSPAN:
+            raise UnsupportedDispatch(f"a dynamic tensor loaded from '{src.name}'")
+        return list(zip(dyn, _segments(src)[-1]))
+    static = list(ir.DenseI64ArrayAttr(load.attributes["static_sizes"]))
+    sizes = _segments(load)[3]
+    dyn = [i for i, s in enumerate(static) if s == ir.ShapedType.get_dynamic_size()]
+    if len(static) != rtype.rank:
+        raise UnsupportedDispatch("a rank-reducing load of a dynamic tensor")
+    return list(zip(dyn, sizes))
+
+
 def _to_task_function(func: ir.Operation) -> DispatchFunc:
     name = ir.StringAttr(func.attributes["sym_name"]).value
-    for bad in _UNSUPPORTED:
-        if walk_ops(func, bad):
-            raise UnsupportedDispatch(f"dispatch {name}: dynamic shapes ('{bad}'): left to "
-                                      "IREE's default codegen")
+    if walk_ops(func, "hal.interface.constant.load") and not walk_ops(func, _ORDINAL):
+        raise UnsupportedDispatch(f"dispatch {name}: push constants that are no workload "
+                                  "size: left to IREE's default codegen")
+    ordinals = [(o.results[0], ir.IntegerAttr(o.attributes["ordinal"]).value)
+                for o in walk_ops(func, _ORDINAL)]
     block = func.regions[0].blocks[0]
     n_orig_args = len(block.arguments)  # flow-level dispatches take dispatch tensors as args
     ops = list(block.operations)
@@ -171,12 +241,21 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
     in_types: list[ir.Type] = []
     out_values: list[ir.Value] = []
     to_erase: list[ir.Operation] = []
+    dynamic: list[tuple[int, int, int]] = []  # (argument, dim, ordinal)
+    sources: list[tuple[ir.Value, ir.Value, int]] = []  # (size value, argument, dim)
     for op in ops:
         op = op.operation
         if op.name in _LOADS or _is_hoistable_constant(op):
             result = op.results[0]
             in_types.append(result.type)
             arg = block.add_argument(result.type, loc)
+            for d, size in _dynamic_result_sizes(op) if op.name in _LOADS else ():
+                k = next((k for v, k in ordinals if v == size), None)
+                if k is None:
+                    raise UnsupportedDispatch(f"dispatch {name}: a dynamic size that is no "
+                                              "workload ordinal")
+                dynamic.append((len(in_types) - 1, d, k))
+                sources.append((size, arg, d))
             result.replace_all_uses_with(arg)
             to_erase.append(op)
         elif op.name in _STORES:
@@ -187,25 +266,38 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         # still has users corrupts the heap.
     if not out_values:
         raise UnsupportedDispatch(f"dispatch {name}: writes no tensor")
+    # A size the body uses (tensor.empty(%m)) becomes the dimension of the argument it sizes.
+    with ir.InsertionPoint.at_block_begin(block), loc:
+        for v, _ in ordinals:
+            src = next(((a, d) for s, a, d in sources if s == v), None)
+            if src is None:
+                raise UnsupportedDispatch(f"dispatch {name}: a workload size that sizes no "
+                                          "input")
+            c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
+                                    attributes={"value": ir.IntegerAttr.get(
+                                        ir.IndexType.get(), src[1])}).result
+            v.replace_all_uses_with(ir.Operation.create(
+                "tensor.dim", results=[ir.IndexType.get()], operands=[src[0], c]).result)
     terminator = ops[-1].operation
     with ir.InsertionPoint.at_block_terminator(block), loc:
         ir.Operation.create("func.return", operands=out_values)
     terminator.erase()
     for op in reversed(to_erase):  # stores first, then loads
         op.erase()
-    for _ in range(n_orig_args):
-        block.erase_argument(0)
-    # Bindings, their views and the index constants that fed them are dead now.
+    # Bindings, their views, the index constants that fed them and a dynamic dispatch's
+    # size plumbing are dead now.
     changed = True
     while changed:
         changed = False
         for op in reversed(list(block.operations)):
             op = op.operation
             dead = op.results and all(not list(r.uses) for r in op.results)
-            if dead and (op.name == "arith.constant" or op.name == _SUBSPAN
+            if dead and (op.name in ("arith.constant", _SUBSPAN, *_SIZE_PLUMBING)
                          or all(isinstance(r.type, ir.MemRefType) for r in op.results)):
                 op.erase()
                 changed = True
+    for _ in range(n_orig_args):
+        block.erase_argument(0)
     out_types = [v.type for v in out_values]
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))
     func.attributes["sym_name"] = ir.StringAttr.get("main")
@@ -220,4 +312,5 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         task_mlir=str(new_module),
         input_types=tuple(str(t) for t in in_types),
         output_types=tuple(str(t) for t in out_types),
+        dynamic_dims=tuple(dynamic),
     )

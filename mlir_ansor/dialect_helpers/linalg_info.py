@@ -47,6 +47,9 @@ class OpInfo:
     # the reshape into a padded consumer's buffer into one): that op follows in payload order
     # and is tileable too, so the strategy tiles it as the workgroup root.
     map_stored: bool = False
+    # Loops whose extent is a dynamic size (`?`): `extents` holds them at a nominal size
+    # (the task's analysis sample); strategies must not depend on it (micro-kernels).
+    dynamic_loops: tuple[int, ...] = ()
 
     @property
     def is_linalg(self) -> bool:

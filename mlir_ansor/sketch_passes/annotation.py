@@ -130,14 +130,56 @@ def peel_candidates(root: OpInfo, sketch: Sketch, *,
     out = []
     for l in root.parallel_dims:
         lim, ext = inner_limit(root, l, target=target), root.extents[l]
-        if l not in unit_rows and ext > lim and largest_divisor(ext, lim) < lim // 2:
+        if l in root.dynamic_loops or (
+                l not in unit_rows and ext > lim and largest_divisor(ext, lim) < lim // 2):
             out.append(l)
     return out
 
 
-def peel_sizes(extent: int, limit: int) -> list[int]:
-    """Register tiles of a peeled loop: those that leave a partial last tile."""
+def peel_sizes(extent: int, limit: int, dynamic: bool = False) -> list[int]:
+    """Register tiles of a peeled loop: those that leave a partial last tile; on a dynamic
+    extent every tile up to `limit` (one row too: the kernel of the smallest sizes)."""
+    if dynamic:
+        return list(range(1, limit + 1))
     return [c for c in range(2, min(limit, extent - 1) + 1) if extent % c]
+
+
+# Register tiles per workgroup along a dynamic loop (its workgroup tile is k*c rows).
+DYNAMIC_WORKGROUP_KERNELS = (1, 2, 4, 8, 16)
+
+
+def dynamic_temp_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
+                      splits: dict[int, tuple[int, ...]],
+                      parallel: Sequence[int] | None = None) -> bool:
+    """With a dynamic loop, an unfused consumer reads the root's workgroup tile from a
+    stack buffer (bounded by the fixed workgroup tile): within IREE's stack limit.
+    `parallel`: the distributed loops (None: every loop whose tile leaves more than one
+    workgroup, as `annotate` distributes them)."""
+    if not root.dynamic_loops or sketch.anchor == root.name:
+        return True
+    tile = 1
+    for l in root.parallel_dims:
+        t = math.prod(splits[l])
+        whole = (t >= root.extents[l]) if parallel is None else l not in parallel
+        tile *= t if l in root.dynamic_loops or not whole else root.extents[l]
+    return tile * root.output.elem_bytes + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
+
+
+def dynamic_peelable(ops: Sequence[OpInfo], sketch: Sketch, *,
+                     target: Target | None = None) -> bool:
+    """Whether `sketch` can serve every size of its dynamic loops: a root's dynamic loop is
+    its one micro-kernel loop (peeled); without a root, dynamic loops are cut to rows of
+    one, so none may be the vectorized last loop."""
+    if sketch.gpu:
+        return False
+    base = op_by_name(ops, sketch.root or sketch.anchor)
+    dyn = set(base.dynamic_loops)
+    if sketch.root:
+        if op_by_name(ops, sketch.anchor).map_stored:
+            return False
+        return len(dyn) <= 1 and dyn <= set(peel_candidates(base, sketch, target=target))
+    last = len(base.output.shape) - 1
+    return all(base.output_dim_of_loop(l) != last for l in dyn)
 
 
 def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int]) -> int:
@@ -165,13 +207,19 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                                         inner_limit(root, l, target=target))
                       for l in root.parallel_dims}
             peeled: set[int] = set()
-            if peelable and rng.random() < 0.5:  # half the programs: a micro-kernel loop
-                l = rng.choice(peelable)
+            # A dynamic loop is always the micro-kernel loop; otherwise half the programs
+            # peel one.
+            if root.dynamic_loops or (peelable and rng.random() < 0.5):
+                l = root.dynamic_loops[0] if root.dynamic_loops else rng.choice(peelable)
                 peeled = {l}
-                splits[l] = (1, 1, rng.choice(peel_sizes(root.extents[l],
-                                                         inner_limit(root, l, target=target))))
+                c = rng.choice(peel_sizes(root.extents[l], inner_limit(root, l, target=target),
+                                          l in root.dynamic_loops))
+                # A dynamic loop is also cut into workgroups of a fixed k*c rows.
+                k = rng.choice(DYNAMIC_WORKGROUP_KERNELS) if l in root.dynamic_loops else 1
+                splits[l] = (k, 1, c)
             local = _s1_tiles(root, splits, peeled)
-            if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and (
+            if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and \
+                    dynamic_temp_fits(ops, sketch, root, splits) and (
                     not sketch.local_tile or local <= MAX_LOCAL_TILE) and \
                     map_store_fits(ops, sketch, root, splits):
                 break
@@ -207,9 +255,10 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         anchor = op_by_name(ops, sketch.anchor)
         whole = whole_row_loops(ops, sketch)
         for _ in range(100):  # resample until a map_store's workgroup tile fits the stack
-            splits = {l: (anchor.extents[l],) if l in whole else _sample_levels(
-                rng, anchor.extents[l], 1, inner_limit(anchor, l, target=target))
-                for l in anchor.parallel_dims}
+            splits = {l: (anchor.extents[l],) if l in whole else (1,)
+                      if l in anchor.dynamic_loops else _sample_levels(
+                          rng, anchor.extents[l], 1, inner_limit(anchor, l, target=target))
+                      for l in anchor.parallel_dims}
             if map_store_fits(ops, sketch, anchor, splits):
                 break
         for l in anchor.parallel_dims:
@@ -294,6 +343,8 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         if len(peeled) > 1 or not peeled <= allowed:
             errs.append(f"loops {sorted(peeled)}: at most one peeled loop, one with no good "
                         "register tile, of a root without partial sums or windows")
+    if sk.root and not set(base.dynamic_loops) <= peeled:
+        errs.append(f"dynamic loops {list(base.dynamic_loops)} must be the peeled loop")
     for l in base.parallel_dims:
         s = prog.split(base.name, l)
         if s is None or len(s.lengths) != levels:
@@ -303,7 +354,16 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
             if s.lengths != (base.extents[l],):
                 errs.append(f"loop {l}: rows reduced by a producer stay whole")
             continue
-        if l in peeled:
+        if not sk.root and l in base.dynamic_loops:
+            if s.lengths != (1,):
+                errs.append(f"loop {l}: a dynamic loop without a root is cut to rows of one")
+            continue
+        if l in peeled and l in base.dynamic_loops:
+            if s.lengths[0] not in DYNAMIC_WORKGROUP_KERNELS or s.lengths[1] != 1 or \
+                    s.lengths[-1] not in peel_sizes(0, inner_limit(base, l, target=target),
+                                                    True):
+                errs.append(f"loop {l}: a dynamic loop is (k, 1, c): k kernels of c rows")
+        elif l in peeled:
             ext = base.extents[l]
             if s.lengths[:2] != (1, 1) or s.lengths[-1] not in peel_sizes(
                     ext, inner_limit(base, l, target=target)):
@@ -319,6 +379,10 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
         if math.prod(s[-1] for s in inner) > lim.register_tile:
             errs.append("register tile too large")
+        par_step = prog.find(ParallelStep, base.name)
+        if not dynamic_temp_fits(ops, sk, base, dict(zip(base.parallel_dims, inner)),
+                                 par_step.loops if par_step else ()):
+            errs.append("the dynamic workgroup tile's temporary exceeds the stack")
         if sk.local_tile and _s1_tiles(base, dict(zip(base.parallel_dims, inner)),
                                        peeled) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
@@ -347,6 +411,8 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
     if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
             any(l not in eligible for l in par.loops):
         errs.append("parallel loops must have an outer extent > 1 (at most 3)")
+    elif sk.root and any(l not in par.loops for l in base.dynamic_loops):
+        errs.append("a dynamic loop is always distributed over workgroups")
     return errs
 
 

@@ -66,6 +66,10 @@ def eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
     peeled = prog.peeled(op.name)
     for l in op.parallel_dims:
         s = prog.split(op.name, l)
-        if s is not None and l not in peeled and op.extents[l] // math.prod(s.lengths) > 1:
+        # A dynamic loop always may have several workgroups (its extent is no extent);
+        # first, so that a parallel step of any depth keeps it.
+        if s is not None and l in op.dynamic_loops:
+            out.insert(0, l)
+        elif s is not None and l not in peeled and op.extents[l] // math.prod(s.lengths) > 1:
             out.append(l)
     return out

@@ -70,11 +70,12 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
         return None
     step = rng.choice(splits)
     if step.loop in prog.peeled(base.name):  # a micro-kernel loop: another register tile
-        sizes = [c for c in peel_sizes(base.extents[step.loop], step.lengths[-1] * 2)
+        sizes = [c for c in peel_sizes(base.extents[step.loop], step.lengths[-1] * 2,
+                                       step.loop in base.dynamic_loops)
                  if c != step.lengths[-1]]
         if not sizes:
             return None
-        new = SplitStep(step.op, step.loop, (1, 1, rng.choice(sizes)))
+        new = SplitStep(step.op, step.loop, (*step.lengths[:2], rng.choice(sizes)))
         return _checked(ops, _replace(prog, step, new), target)
     levels = split_levels(base, step)
     src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])

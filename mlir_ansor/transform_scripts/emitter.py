@@ -58,13 +58,21 @@ class TilePlan:
         self.lengths = {l: program.split(base.name, l).lengths for l in range(len(base.extents))
                         if program.split(base.name, l) is not None}
         self.peeled = program.peeled(base.name)  # whole above S2, partial tile peeled
+        # A one-row kernel on a dynamic loop leaves no partial tile to peel.
+        self.one_row_kernel = any(l in base.dynamic_loops and self.lengths[l][-1] == 1
+                                  for l in self.peeled)
         unroll = program.find(UnrollStep, base.name)
         self.unroll = unroll.factor if unroll else 1
 
     def _whole_at(self, loop: int, level: int) -> bool:
         """Whether a parallel loop of the base op is untiled at `level`: not distributed
         over workgroups (level 0), or peeled (whole above S2)."""
-        return (level == 0 and loop not in self.parallel) or (loop in self.peeled and level < 2)
+        if level == 0 and loop not in self.parallel:
+            return True
+        # A dynamic micro-kernel loop has fixed workgroup tiles; a static one stays whole
+        # above S2.
+        dynamic = loop in (self.root or self.anchor).dynamic_loops
+        return loop in self.peeled and (level == 1 or (level == 0 and not dynamic))
 
     def base_sizes(self, level: int) -> list[int]:
         """Tile sizes of the base op's loops at `level` (0 = forall; for parallel loops
@@ -76,10 +84,15 @@ class TilePlan:
                 sizes.append(0)
                 continue
             tile = 0 if self._whole_at(l, level) else math.prod(self.lengths[l][level:])
-            sizes.append(0 if tile == ext else tile)
+            # (A dynamic extent is never "the whole loop": its nominal size is no size.)
+            sizes.append(0 if tile == ext and l not in base.dynamic_loops else tile)
         if level == 0 and not any(sizes):
-            # One workgroup: tile the outermost loop by its full extent.
-            sizes[base.parallel_dims[0]] = base.extents[base.parallel_dims[0]]
+            # One workgroup: tile the outermost static loop by its full extent.
+            static = [l for l in base.parallel_dims if l not in base.dynamic_loops]
+            if not static:
+                raise ValueError("every parallel loop is dynamic and none is distributed: "
+                                 "no static workgroup tile")
+            sizes[static[0]] = base.extents[static[0]]
         return sizes
 
     def anchor_sizes(self, level: int) -> list[int]:
@@ -95,7 +108,10 @@ class TilePlan:
                 continue
             out[loop_of[p]] = s
         if level == 0 and not any(out):
-            out[0] = self.anchor.extents[0]
+            static = [l for l in range(len(out)) if l not in self.anchor.dynamic_loops]
+            if not static:
+                raise ValueError("no static anchor loop for the one workgroup")
+            out[static[0]] = self.anchor.extents[static[0]]
         return out
 
     def _anchor_loop_of_root_dim(self) -> dict[int, int | None]:
@@ -343,14 +359,20 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             s2 = plan.base_sizes(2)
             if any(s2):
                 h[root.name], s2_loops = tb.tile_for(h[root.name], s2)
-                if plan.peeled:
+                if plan.peeled and not plan.one_row_kernel:
                     # The register-tile loop of a micro-kernel extent: full tiles, then the
                     # partial last one in its own loop; both copies of the root go on.
                     (l,) = plan.peeled
                     full, rest = tb.peel(s2_loops[[i for i, s in enumerate(s2) if s].index(l)])
+                    rest_root = tb.match_names(rest, [root.op_name])
+                    if l in root.dynamic_loops:
+                        # The partial tile of a dynamic extent has a dynamic size: cut it
+                        # to rows of one, a static kernel (masked vectorization is not an
+                        # option in IREE 3.13).
+                        rest_root, _ = tb.tile_for(rest_root, [1 if i == l else 0
+                                                               for i in range(len(s2))])
                     h[root.name] = transform.MergeHandlesOp(
-                        [tb.match_names(full, [root.op_name]),
-                         tb.match_names(rest, [root.op_name])]).result
+                        [tb.match_names(full, [root.op_name]), rest_root]).result
                     # The partial tile's sizes fold to constants (a static kernel each).
                     tb.patterns(func, tbm.tiling_cleanup())
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}

@@ -154,13 +154,46 @@ def _patterns(entry: TunedEntry) -> list[tuple[str, str]]:
     return out
 
 
+def _root_op_name(pattern: str) -> str:
+    """Name of the pattern's last tileable op (the DAG's root); read without the analysis,
+    which needs static shapes."""
+    with ir.Context():
+        return tileable_ops(ir.Module.parse(pattern).operation)[-1].name
+
+
+def sizes_as_arguments(pattern: str) -> str:
+    """A dynamic task's pattern with each `tensor.dim` (the body's use of a dynamic size)
+    replaced by an index argument: the DAG matcher takes arguments as wildcards, and in the
+    payload that size is a workload ordinal, not a tensor.dim."""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(pattern)
+        func = module.body.operations[0]
+        block = func.regions[0].blocks[0]
+        dims = [o for o in block.operations if o.operation.name == "tensor.dim"]
+        if not dims:
+            return pattern
+        for d in dims:
+            arg = block.add_argument(ir.IndexType.get(), ir.Location.unknown())
+            d.operation.results[0].replace_all_uses_with(arg)
+            d.operation.erase()
+        for o in list(block.operations):
+            o = o.operation
+            if o.name == "arith.constant" and not list(o.results[0].uses):
+                o.erase()
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in block.arguments], ftype.results))
+        return str(module)
+
+
 def _build_matcher(name: str, pattern: str) -> None:
+    pattern = sizes_as_arguments(pattern)
     seq = transform.NamedSequenceOp(name, [any_op()], [any_op()], arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
         if captures_outer_values(pattern):
             match_task_structure(seq.bodyTarget, pattern)
         else:
-            match_task_dag(seq.bodyTarget, pattern, analyze_task(pattern)[-1].op_name)
+            match_task_dag(seq.bodyTarget, pattern, _root_op_name(pattern))
         transform.YieldOp([seq.bodyTarget])
 
 

@@ -13,7 +13,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -33,7 +33,7 @@ from mlir_ansor.tuner.builder import (CONFIG_DUMP_FLAG, Builder, BuildInput, Bui
 from mlir_ansor.tuner.procs import ProcResult, run_isolated
 from mlir_ansor.tuner.runner import LocalRunner, Runner, RunInput, Timing
 from mlir_ansor.tuner.status import Status
-from mlir_ansor.tuner.tasks import Task, parse_tensor_type, with_codegen_view
+from mlir_ansor.tuner.tasks import SizeSample, Task, parse_tensor_type, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 from mlir_ansor.tuner.validation import absolute, index_bounds, outputs_match, random_inputs
 from mlir_ansor.tuner.wall_time import WallTime
@@ -124,11 +124,26 @@ def lower_quartile(times: Sequence[float]) -> float:
     return float(np.percentile(np.asarray(times, dtype=np.float64), 25))
 
 
-def task_inputs(task: Task, seed: int) -> list[np.ndarray]:
-    """Random inputs of a task's module, index arguments over their whole tables."""
-    types = [parse_tensor_type(t) for t in task.input_types]
+def task_inputs(task: Task, seed: int, sample: SizeSample | None = None) -> list[np.ndarray]:
+    """Random inputs of a task's module (a dynamic one's at `sample`), index arguments over
+    their whole tables."""
+    types = [parse_tensor_type(t) for t in (
+        task.input_types_at(sample) if sample is not None else task.input_types)]
     bounds = index_bounds(task.task_mlir, task.input_types) if task.task_mlir else {}
     return random_inputs(types, seed, bounds)
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where a task is measured: one set of inputs (a static task has one; a dynamic task
+    one per size sample) with its expected outputs. A candidate's latency is the weighted
+    mean over the points."""
+
+    label: str  # "" for a static task, else the sample's sizes
+    weight: float
+    inputs: tuple[Path, ...]
+    reference: tuple[Path, ...] = ()
+    magnitude: tuple[Path, ...] = ()
 
 
 class TaskMeasurer:
@@ -146,10 +161,15 @@ class TaskMeasurer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.src = self.dir / "task.mlir"
         self.src.write_text(task.module_mlir)
-        self.inputs = self._save(task_inputs(task, seed), self.dir, "in")
-        self.reference: list[Path] = []  # expected outputs (.npy)
-        self.magnitude: list[Path] = []  # their magnitude bound (validation)
+        if task.dynamic and not task.samples:
+            raise UnsupportedDispatch(f"{task.name}: a dynamic task without size samples")
+        samples = task.samples if task.dynamic else (None,)
+        # Reference outputs and magnitudes are filled in by prepare().
+        self.points = [Point(s.label if s else "", s.weight if s else 1.0, tuple(self._save(
+            task_inputs(task, seed + i, s), self.dir / (f"size{i}" if s else ""), "in")))
+            for i, s in enumerate(samples)]
         self.best_s: float | None = None  # fastest valid candidate measured by this measurer
+        self.best_at: dict[str, float] = {}  # and the fastest at each point
         self.pipeline = ""  # IREE's default codegen pipeline (set by prepare)
 
     @staticmethod
@@ -186,18 +206,27 @@ class TaskMeasurer:
         self.pipeline = default_pipeline(configured)
         n_out = len(self.task.output_types)
         runner = self.cfg.runner(self.tools)  # the reference is always made here
-        outs, failed = runner.outputs(vmfb, self.inputs, n_out, self.dir / "reference")
-        if outs is None:
-            raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on random "
-                                      f"inputs ({failed.error[:200]}): no reference")
-        self.reference = [self.dir / "reference" / f"out{i}.npy" for i in range(n_out)]
-        abs_inputs = self._save(absolute([np.load(p) for p in self.inputs]), self.dir / "abs", "in")
-        mags, failed = runner.outputs(vmfb, abs_inputs, n_out, self.dir / "magnitude")
-        if mags is None:
-            raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on the "
-                                      f"absolute inputs ({failed.error[:200]})")
-        self.magnitude = [self.dir / "magnitude" / f"out{i}.npy" for i in range(n_out)]
+        for i, pt in enumerate(self.points):
+            d = pt.inputs[0].parent
+            outs, failed = runner.outputs(vmfb, pt.inputs, n_out, d / "reference")
+            if outs is None:
+                raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on "
+                                          f"random inputs{self._at(pt)} ({failed.error[:200]}): "
+                                          "no reference")
+            abs_inputs = self._save(absolute([np.load(p) for p in pt.inputs]), d / "abs", "in")
+            mags, failed = runner.outputs(vmfb, abs_inputs, n_out, d / "magnitude")
+            if mags is None:
+                raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on "
+                                          f"the absolute inputs{self._at(pt)} "
+                                          f"({failed.error[:200]})")
+            self.points[i] = replace(
+                pt, reference=tuple(d / "reference" / f"out{k}.npy" for k in range(n_out)),
+                magnitude=tuple(d / "magnitude" / f"out{k}.npy" for k in range(n_out)))
         self.default_vmfb = vmfb
+
+    @staticmethod
+    def _at(pt: Point) -> str:
+        return f" at size {pt.label}" if pt.label else ""
 
     def _why(self, res: ProcResult) -> str:
         if res.timed_out:
@@ -211,7 +240,29 @@ class TaskMeasurer:
 
     def time_default(self) -> float | None:
         """IREE's default build, timed by the same runner as the candidates."""
-        return self.runner.run(RunInput(self.default_vmfb, tuple(self.inputs))).latency_s
+        return self.timed(self.default_vmfb)[0]
+
+    def timed(self, artifact: Path, validate: bool = False,
+              slow_cutoff_s: float | None = None) -> tuple[float | None, dict[str, float]]:
+        """Weighted mean latency over the points (None if any run failed) and each point's
+        latency by label."""
+        by: dict[str, float] = {}
+        for pt in self.points:
+            res = self.runner.run(self.run_input(artifact, pt, validate=validate,
+                                                 slow_cutoff_s=slow_cutoff_s))
+            if res.latency_s is None:
+                return None, by
+            by[pt.label] = res.latency_s
+        return self._mean(by), by
+
+    def _mean(self, by: dict[str, float]) -> float:
+        total = sum(pt.weight for pt in self.points)
+        return sum(pt.weight * by[pt.label] for pt in self.points) / total
+
+    def validated(self, artifact: Path) -> bool:
+        """Whether the artifact's outputs match the reference at every point."""
+        return all(self.runner.run(self.run_input(artifact, pt, time=False)).status == Status.OK
+                   for pt in self.points)
 
     def build_input(self, program: Program, out_dir: Path) -> BuildInput:
         """The candidate for the builder: our emitter's library for `program`."""
@@ -231,10 +282,10 @@ class TaskMeasurer:
         return emit_and_build(self.builder, [partial(self.build_input, p, d)
                                              for p, d in zip(programs, dirs)])
 
-    def run_input(self, artifact: Path, time: bool = True,
-                  slow_cutoff_s: float | None = None) -> RunInput:
-        return RunInput(artifact, tuple(self.inputs), tuple(self.reference),
-                        tuple(self.magnitude), time, slow_cutoff_s)
+    def run_input(self, artifact: Path, point: Point, time: bool = True,
+                  slow_cutoff_s: float | None = None, validate: bool = True) -> RunInput:
+        return RunInput(artifact, point.inputs, point.reference if validate else (),
+                        point.magnitude if validate else (), time, slow_cutoff_s)
 
     def remeasure(self, programs: Sequence[Program],
                   rounds: int = 4) -> tuple[float, list[float | None]] | None:
@@ -248,8 +299,7 @@ class TaskMeasurer:
         built = self.build(programs, [base / f"c{i}" for i in range(len(programs))])
         vmfbs: list[Path | None] = []
         for b in built:
-            ok = b.status == Status.OK and \
-                self.runner.run(self.run_input(b.artifact, time=False)).status == Status.OK
+            ok = b.status == Status.OK and self.validated(b.artifact)
             vmfbs.append(b.artifact if ok else None)
         t_def: list[float] = []
         t_new: list[list[float]] = [[] for _ in programs]
@@ -264,11 +314,11 @@ class TaskMeasurer:
                     continue
                 if vmfbs[i] is None:
                     continue
-                res = self.runner.run(RunInput(vmfbs[i], tuple(self.inputs)))
-                if res.latency_s is None:
+                latency, _ = self.timed(vmfbs[i])
+                if latency is None:
                     vmfbs[i] = None
                 else:
-                    t_new[i].append(res.latency_s)
+                    t_new[i].append(latency)
         return statistics.median(t_def), [statistics.median(t) if v and t else None
                                           for v, t in zip(vmfbs, t_new)]
 
@@ -283,17 +333,38 @@ class TaskMeasurer:
             built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))])
         env = rec.environment()
         for prog, b in zip(programs, built):
-            status, err, samples = b.status, b.error, ()
+            status, err, samples, by = b.status, b.error, (), {}
             if status == Status.OK:
-                cutoff = None if self.best_s is None else self.cfg.slow_factor * self.best_s
                 with self.clock.timing("measure"):
-                    res = self.runner.run(self.run_input(b.artifact, slow_cutoff_s=cutoff))
-                status, err, samples = res.status, res.error, res.samples_s
-            latency = statistics.median(samples) if status == Status.OK else None
+                    status, err, samples, by = self._measure_built(b.artifact)
+            latency = (self._mean(by) if by else statistics.median(samples)) \
+                if status == Status.OK else None
             if latency is not None:
                 self.best_s = latency if self.best_s is None else min(self.best_s, latency)
             yield rec.Record(task_key=self.task.key, program=prog.to_json(), program_key=prog.key,
                              status=status, latency_s=latency, samples_s=tuple(samples),
                              error=err, target=self.cfg.target, env=env, time=time.time(),
-                             device_kind=self.cfg.device_kind)
+                             device_kind=self.cfg.device_kind, by_size=by)
         shutil.rmtree(tmp, ignore_errors=True)
+
+    def _measure_built(self, artifact: Path
+                       ) -> tuple[Status, str, tuple[float, ...], dict[str, float]]:
+        """Validate and time a built candidate at every point: (status, error, timed
+        repetitions of a static task, latency per size of a dynamic one). A slow candidate
+        (first run over slow_factor x the best at that point so far) is timed once there."""
+        by: dict[str, float] = {}
+        samples: tuple[float, ...] = ()
+        for pt in self.points:
+            # (best_s None: no best yet, or reset: no cutoff.)
+            cutoff = None if self.best_s is None else \
+                self.cfg.slow_factor * self.best_at.get(pt.label, self.best_s)
+            res = self.runner.run(self.run_input(artifact, pt, slow_cutoff_s=cutoff))
+            if res.status != Status.OK:
+                return res.status, res.error + self._at(pt), (), {}
+            samples = res.samples_s
+            if pt.label:
+                by[pt.label] = res.latency_s
+        for pt in self.points:  # only once every point ran
+            t = by.get(pt.label, statistics.median(samples))
+            self.best_at[pt.label] = min(self.best_at.get(pt.label, t), t)
+        return Status.OK, "", samples, by

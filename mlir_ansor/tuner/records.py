@@ -71,6 +71,9 @@ class Record:
     time: float = 0.0  # unix time the measurement finished
     device_kind: str = ""  # e.g. x86_64-avx512: timings compare only within one kind
     schema: int = SCHEMA
+    # A dynamic task's latency per size sample (label -> seconds); latency_s is their
+    # weighted mean.
+    by_size: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):

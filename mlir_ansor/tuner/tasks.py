@@ -10,8 +10,10 @@ import numpy as np
 from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
+from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr, specialize
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
+from mlir_ansor.sketch_passes.annotation import dynamic_peelable
 from mlir_ansor.sketch_passes.iree_seed import Levels, iree_tile_levels
 from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
@@ -21,6 +23,22 @@ from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 _DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32,
            "i64": np.int64, "i8": np.int8, "i1": np.bool_}
+
+
+@dataclass(frozen=True)
+class SizeSample:
+    """One assignment of the model's dynamic input dimensions: ((input, dim), size) pairs."""
+
+    sizes: tuple[tuple[tuple[int, int], int], ...]
+    weight: float = 1.0
+
+    @property
+    def dims(self) -> dict[tuple[int, int], int]:
+        return dict(self.sizes)
+
+    @property
+    def label(self) -> str:
+        return ",".join(str(n) for n in dict.fromkeys(n for _, n in self.sizes))
 
 
 @dataclass(frozen=True)
@@ -40,21 +58,45 @@ class Task:
     layout_of: str = ""  # key of the task this one re-lays out (its weight packed), if any
     iree_levels: tuple[Levels, ...] = ()  # IREE's default tile levels per op (seeds)
     target: str = "llvm-cpu"  # what the task is tuned for (a name or file: `targets`)
+    # A dynamic dispatch (`--dynamic`): per `?` of the runnable @main's inputs, (input, dim,
+    # its size in the model's input dimensions); per workload ordinal, its size; per `?` of
+    # the analyzed function's arguments, (argument, dim, ordinal).
+    size_exprs: tuple[tuple[int, int, SizeExpr], ...] = ()
+    ordinal_exprs: tuple[SizeExpr, ...] = ()
+    dynamic_dims: tuple[tuple[int, int, int], ...] = ()
+    # The sizes it is measured at (joint objective) and the one its ops are read at.
+    samples: tuple[SizeSample, ...] = ()
 
     @property
     def flops(self) -> int:
         return sum(o.flops for o in self.ops)
 
     @property
+    def dynamic(self) -> bool:
+        return bool(self.size_exprs)
+
+    def input_types_at(self, sample: "SizeSample") -> tuple[str, ...]:
+        """The runnable @main's input types with the sample's sizes."""
+        types = [list(parse_tensor_type(t, dynamic=True)[0]) for t in self.input_types]
+        for i, d, e in self.size_exprs:
+            types[i][d] = e.evaluate(sample.dims)
+        return tuple(re.sub(r"tensor<((?:[\d?]+x)*)", "tensor<" + "".join(
+            f"{n}x" for n in shape), t, count=1) for shape, t in zip(types, self.input_types))
+
+    def ordinal_sizes(self, sample: "SizeSample") -> dict[int, int]:
+        return {k: e.evaluate(sample.dims) for k, e in enumerate(self.ordinal_exprs)}
+
+    @property
     def tunable(self) -> bool:
         return not self.skip_reason
 
 
-def parse_tensor_type(t: str) -> tuple[tuple[int, ...], np.dtype]:
-    m = re.fullmatch(r"tensor<((?:\d+x)*)(\w+)>", t)
-    if not m or m.group(2) not in _DTYPES:
+def parse_tensor_type(t: str, dynamic: bool = False) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of a tensor type; with `dynamic`, `?` dims read as -1."""
+    m = re.fullmatch(r"tensor<((?:[\d?]+x)*)(\w+)>", t)
+    if not m or m.group(2) not in _DTYPES or (not dynamic and "?" in m.group(1)):
         raise UnsupportedDispatch(f"unsupported tensor type {t}")
-    dims = tuple(int(d) for d in m.group(1).split("x") if d)
+    dims = tuple(-1 if d == "?" else int(d) for d in m.group(1).split("x") if d)
     return dims, np.dtype(_DTYPES[m.group(2)])
 
 
@@ -96,21 +138,65 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
         task = Task(task_id=f"t{i}", name=d.name, key=key, weight=e["weight"],
                     task_mlir=d.pattern.task_mlir if d.pattern else "",
                     module_mlir=d.module_mlir, input_types=d.input_types,
-                    output_types=d.output_types, skip_reason=d.skip_reason, target=target)
+                    output_types=d.output_types, skip_reason=d.skip_reason, target=target,
+                    size_exprs=d.size_exprs, ordinal_exprs=d.ordinal_exprs,
+                    dynamic_dims=d.pattern.dynamic_dims if d.pattern else ())
         tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
     return tasks
+
+
+# The size a dynamic task's ops are read at before its samples are known (any size works:
+# its strategies do not depend on it).
+NOMINAL_SIZE = 97
+
+
+def nominal_sample(task: Task) -> dict[int, int]:
+    """Ordinal -> size the analysis reads a dynamic task at: its middle sample."""
+    if not task.samples:
+        return {k: NOMINAL_SIZE for k in range(len(task.ordinal_exprs))}
+    return task.ordinal_sizes(_middle(task.samples))
+
+
+def _middle(samples: tuple[SizeSample, ...]) -> SizeSample:
+    by_size = sorted(samples, key=lambda s: [n for _, n in s.sizes])
+    return by_size[len(by_size) // 2]
+
+
+def _dynamic_ops(func_mlir: str, dynamic_dims: tuple, sizes: dict[int, int]
+                 ) -> tuple[OpInfo, ...]:
+    """The ops of a dynamic function read at `sizes`, each with its dynamic loops (those
+    whose extent moves with the sizes)."""
+    ops = analyze_task(specialize(func_mlir, dynamic_dims, sizes))
+    other = analyze_task(specialize(func_mlir, dynamic_dims,
+                                    {k: 2 * v + 1 for k, v in sizes.items()}))
+    if [o.extents for o in ops] == [o.extents for o in other] and dynamic_dims:
+        raise UnsupportedDispatch("no loop extent follows the dynamic sizes")
+    return tuple(replace(o, dynamic_loops=tuple(
+        l for l, (a, b) in enumerate(zip(o.extents, p.extents)) if a != b))
+        for o, p in zip(ops, other))
 
 
 def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     """The task with ops and sketches read from `func_mlir` (or the reason it is skipped)."""
     try:
-        ops = tuple(analyze_task(func_mlir))
+        if task.dynamic:
+            ops = _dynamic_ops(func_mlir, task.dynamic_dims, nominal_sample(task))
+        else:
+            ops = tuple(analyze_task(func_mlir))
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
     sketches = tuple(generate_sketches(ops, rules_for(target),
                                          gpu=get_target(target).backend == "cuda"))
+    if task.dynamic:
+        sketches = tuple(s for s in sketches if dynamic_peelable(ops, s))
     why = ""
-    if not any(o.is_linalg for o in ops):
+    if task.dynamic and target != "llvm-cpu":
+        why = f"dynamic shapes on {target}: left to IREE's default codegen"
+    elif task.dynamic and any(l in o.reduction_dims for o in ops for l in o.dynamic_loops):
+        why = "a dynamic reduction loop: left to IREE's default codegen"
+    elif task.dynamic and not sketches:
+        why = "no micro-kernel sketch serves its dynamic loops: left to IREE's default codegen"
+    elif not any(o.is_linalg for o in ops):
         why = "no linalg op (a copy): left to IREE"
     elif not ops[-1].parallel_dims:
         # No parallel loop to give workgroups. On llvm-cpu a lone reduction (after its
@@ -133,5 +219,5 @@ def with_codegen_view(task: Task, configured: str, target: str = "llvm-cpu") -> 
         view = codegen_view(configured)
     except UnsupportedDispatch as err:
         return replace(task, ops=(), sketches=(), skip_reason=str(err))
-    return _analyzed(replace(task, view_mlir=view.task_mlir,
+    return _analyzed(replace(task, view_mlir=view.task_mlir, dynamic_dims=view.dynamic_dims,
                              iree_levels=iree_tile_levels(configured)), view.task_mlir, target)

@@ -32,7 +32,10 @@ class AddCacheWrite:
 
     def condition(self, ops: Sequence[OpInfo], state: State) -> Decision:
         i = state.index
-        if has_data_reuse(ops[i]) and not state.sketch.root and not has_fusible_consumer(ops, i):
+        # (Not over a dynamic loop: a dynamically sized local tile, see
+        # MultiLevelTilingWithFusion.)
+        if has_data_reuse(ops[i]) and not state.sketch.root and \
+                not has_fusible_consumer(ops, i) and not ops[i].dynamic_loops:
             return Decision.APPLY  # MultiLevelTiling still adds the variant without it
         return Decision.SKIP
 

@@ -32,7 +32,11 @@ class MultiLevelTilingWithFusion:
 
     def condition(self, ops: Sequence[OpInfo], state: State) -> Decision:
         i = state.index
-        if has_data_reuse(ops[i]) and not state.sketch.root and has_fusible_consumer(ops, i):
+        # Over a dynamic loop the root's S1 tile (the loop stays whole there) would be a
+        # dynamically sized local buffer, which IREE cannot place on the stack: plain
+        # MultiLevelTiling then, the consumer in its own rows.
+        if has_data_reuse(ops[i]) and not state.sketch.root and has_fusible_consumer(ops, i) \
+                and not ops[i].dynamic_loops:
             return Decision.APPLY_AND_SKIP_REST
         return Decision.SKIP
 

@@ -7,10 +7,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from mlir_ansor.dynamic import Resolved, tune_samples
 from mlir_ansor.errors import OutputError, UnsupportedDispatch
 from mlir_ansor.tuner.measure import TaskMeasurer
 from mlir_ansor.tuner.stages.state import RunState
-from mlir_ansor.tuner.tasks import Task, extract_tasks
+from mlir_ansor.tuner.tasks import SizeSample, Task, extract_tasks
 
 
 def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str, dict]]:
@@ -28,9 +29,22 @@ def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str,
     return out, usage
 
 
+def with_samples(task: Task, dynamic: Resolved | None) -> Task:
+    """A dynamic task with the size samples it is measured at (from its model's --dynamic
+    ranges); a dynamic task of a model without any is left to IREE."""
+    if not task.dynamic or not task.tunable:
+        return task
+    if dynamic is None:
+        return replace(task, skip_reason="dynamic shapes without --dynamic ranges: left to "
+                                         "IREE's default codegen")
+    samples = tuple(SizeSample(s) for s in tune_samples(dynamic))
+    return replace(task, samples=samples)
+
+
 def form_tasks(state: RunState) -> RunState:
-    per_model = {name: extract_tasks(f.flow, state.opts.target) + list(f.packed_tasks)
-                 for name, f in state.forms.items()}
+    dyn = {m.name: m.dynamic for m in state.models}
+    per_model = {name: [with_samples(t, dyn.get(name)) for t in extract_tasks(
+        f.flow, state.opts.target)] + list(f.packed_tasks) for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}

@@ -1,0 +1,137 @@
+"""Dynamic sizes of a dispatch, expressed in the model's input dimensions.
+
+A dispatch of a model with `--dynamic` dimensions takes `index` operands (its workload and
+the `?` sizes of its tensors). IREE computes them in the program from the inputs'
+`hal.buffer_view.dim`; a `SizeExpr` is that computation, read from the flow-level program,
+so every size of a dispatch is known for any input sizes (e.g. B*S of a flattened batch x
+sequence) without running the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from iree.compiler import ir
+
+from mlir_ansor.errors import UnsupportedDispatch
+
+_BINARY = {
+    "arith.addi": lambda a, b: a + b,
+    "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b,
+    "arith.divui": lambda a, b: a // b,
+    "arith.divsi": lambda a, b: int(a / b),
+    "arith.floordivsi": lambda a, b: a // b,
+    "arith.ceildivui": lambda a, b: -(-a // b),
+    "arith.ceildivsi": lambda a, b: -(-a // b),
+    "arith.remui": lambda a, b: a % b,
+    "arith.remsi": lambda a, b: a - b * int(a / b),
+    "arith.maxsi": max, "arith.maxui": max, "arith.minsi": min, "arith.minui": min,
+}
+_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi",
+          "arith.trunci")
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """`op` over `args`: "input" (args: input position, dim), "const" (args: value), or an
+    arith op name over two sub-expressions."""
+
+    op: str
+    args: tuple
+
+    def evaluate(self, dims: Mapping[tuple[int, int], int]) -> int:
+        """The size when input `pos` has size `dims[(pos, dim)]` in dimension `dim`."""
+        if self.op == "input":
+            key = (self.args[0], self.args[1])
+            if key not in dims:
+                raise KeyError(f"no size given for input {key[0]} dimension {key[1]}")
+            return int(dims[key])
+        if self.op == "const":
+            return int(self.args[0])
+        a, b = (e.evaluate(dims) for e in self.args)
+        return int(_BINARY[self.op](a, b))
+
+    def inputs(self) -> set[tuple[int, int]]:
+        """The (input position, dim) pairs the size depends on."""
+        if self.op == "input":
+            return {(self.args[0], self.args[1])}
+        if self.op == "const":
+            return set()
+        return set().union(*(e.inputs() for e in self.args))
+
+    def to_json(self) -> list:
+        if self.op in ("input", "const"):
+            return [self.op, *self.args]
+        return [self.op, *(e.to_json() for e in self.args)]
+
+    @staticmethod
+    def from_json(d: list) -> "SizeExpr":
+        if d[0] in ("input", "const"):
+            return SizeExpr(d[0], tuple(d[1:]))
+        return SizeExpr(d[0], tuple(SizeExpr.from_json(e) for e in d[1:]))
+
+    def __str__(self) -> str:
+        if self.op == "input":
+            return f"in{self.args[0]}[{self.args[1]}]"
+        if self.op == "const":
+            return str(self.args[0])
+        return f"{self.op.removeprefix('arith.')}({self.args[0]}, {self.args[1]})"
+
+
+def size_expr(value: ir.Value) -> SizeExpr:
+    """How the program computes the index `value` from its inputs' dimensions (an
+    UnsupportedDispatch naming the op it cannot follow)."""
+    if isinstance(value.owner, ir.Block):
+        raise UnsupportedDispatch("a dynamic size is a function argument, not an input's "
+                                  "dimension")
+    op = value.owner
+    name = op.name
+    if name == "hal.buffer_view.dim":
+        view = op.operands[0]
+        if not isinstance(view.owner, ir.Block):
+            raise UnsupportedDispatch("a dynamic size reads a buffer view that is not an input")
+        return SizeExpr("input", (ir.BlockArgument(view).arg_number,
+                                  ir.IntegerAttr(op.attributes["index"]).value))
+    if name == "arith.constant":
+        return SizeExpr("const", (ir.IntegerAttr(op.attributes["value"]).value,))
+    if name in _CASTS:
+        return size_expr(op.operands[0])
+    if name in _BINARY:
+        return SizeExpr(name, (size_expr(op.operands[0]), size_expr(op.operands[1])))
+    raise UnsupportedDispatch(f"a dynamic size is computed by '{name}': not followed")
+
+
+def specialize(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
+               ordinal_sizes: Mapping[int, int]) -> str:
+    """The tensor function with its `?` arguments made static (`dynamic_dims`: (argument,
+    dim, workload ordinal); `ordinal_sizes`: ordinal -> size) and the sizes folded through
+    its body: what the analysis reads a dynamic task at."""
+    from iree.compiler.passmanager import PassManager
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(func_mlir)
+        func = module.body.operations[0]
+        block = func.regions[0].blocks[0]
+        shapes = {i: list(ir.RankedTensorType(a.type).shape)
+                  for i, a in enumerate(block.arguments)}
+        for i, d, k in dynamic_dims:
+            shapes[i][d] = int(ordinal_sizes[k])
+        new_types = []
+        with ir.InsertionPoint.at_block_begin(block):
+            for i, arg in enumerate(list(block.arguments)):
+                t = ir.RankedTensorType(arg.type)
+                static = ir.RankedTensorType.get(shapes[i], t.element_type, t.encoding)
+                new_types.append(static)
+                if static == t:
+                    continue
+                arg.set_type(static)
+                cast = ir.Operation.create("tensor.cast", results=[t], operands=[arg])
+                for use in list(arg.uses):
+                    if use.owner != cast:
+                        use.owner.operands[use.operand_number] = cast.result
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        func.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(new_types, ftype.results))
+        PassManager.parse("builtin.module(func.func(canonicalize,cse))").run(module.operation)
+        return str(module)

@@ -1,0 +1,94 @@
+"""Dynamic dispatches as tasks (DietCode-style micro-kernels): extraction with the sizes'
+expressions, analysis at a sample with the dynamic loops marked, sketches and programs
+that serve every size, and measurement at every size sample."""
+import random
+
+import pytest
+import torch
+
+from mlir_ansor.dynamic import tune_sizes
+from mlir_ansor.sketch_passes.annotation import annotate, violations
+from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, SplitStep
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
+from mlir_ansor.tuner.tasks import SizeSample, extract_tasks, flow_source
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.fc2 = torch.nn.Linear(96, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.fixture(scope="module")
+def dyn_tasks(tools, tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("dyn")
+    rows = torch.export.Dim("rows", min=1, max=256)
+    (d / "m.mlir").write_text(import_model(Mlp().eval(), (torch.randn(8, 64),),
+                                           {"x": {0: rows}}))
+    return extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 300)), d
+
+
+def test_sizes_follow_the_model_inputs(dyn_tasks):
+    tasks, _ = dyn_tasks
+    assert len(tasks) == 2 and all(t.dynamic and t.tunable for t in tasks)
+    t = tasks[0]
+    # The runnable module's one `?` (the rows of its first input) is the model's x dim 0.
+    assert [(i, d, str(e)) for i, d, e in t.size_exprs] == [(0, 0, "in0[0]")]
+    s = SizeSample((((0, 0), 37),))
+    assert t.input_types_at(s)[0] == "tensor<37x64xf32>" and t.ordinal_sizes(s) == {0: 37}
+    # Read at a nominal size: the row loop of every op is the dynamic one.
+    assert {o.name: o.dynamic_loops for o in t.ops} == \
+        {"op0_fill": (0,), "op1_matmul": (0,), "op2_generic": (0,)}
+
+
+def test_no_sketch_keeps_a_dynamically_sized_local_tile(dyn_tasks):
+    tasks, _ = dyn_tasks
+    for t in tasks:
+        assert t.sketches and not any(s.local_tile or s.consumer_fused for s in t.sketches)
+
+
+def test_programs_are_micro_kernels_over_the_dynamic_loop(dyn_tasks):
+    t = dyn_tasks[0][0]
+    rng = random.Random(3)
+    for _ in range(30):
+        p = annotate(t.ops, t.sketches[0], rng)
+        assert violations(t.ops, p) == []
+        root = p.sketch.root
+        k, one, c = p.split(root, 0).lengths
+        assert one == 1 and c >= 1 and PeelStep(root, 0) in p.steps
+        assert 0 in p.find(ParallelStep, root).loops
+    # A dividing split of the dynamic loop is no program of it.
+    bad = p.__class__(p.sketch, tuple(SplitStep(root, 0, (2, 2, 4)) if
+                                      isinstance(s, SplitStep) and s.loop == 0 else s
+                                      for s in p.steps))
+    assert any("dynamic loop" in e for e in violations(t.ops, bad))
+
+
+def test_tune_sizes_cover_the_range_with_odd_sizes():
+    assert tune_sizes(1, 1024) == (1, 7, 33, 181, 1024)
+    assert tune_sizes(2, 5) == (2, 3, 4, 5)
+    inner = tune_sizes(16, 128)[1:-1]
+    assert all(n % 2 for n in inner) and tune_sizes(16, 128)[::4] == (16, 128)
+
+
+def test_candidates_are_validated_and_timed_at_every_size(dyn_tasks, tools):
+    tasks, d = dyn_tasks
+    samples = tuple(SizeSample((((0, 0), n),)) for n in (1, 37, 256))
+    t = tasks[0].__class__(**{**tasks[0].__dict__, "samples": samples})
+    m = TaskMeasurer(t, d / "tasks", tools, MeasureConfig(repetitions=2, min_time_s=0.01))
+    m.prepare()
+    assert [p.label for p in m.points] == ["1", "37", "256"]
+    rng = random.Random(5)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)]
+    recs = m.measure(progs)
+    assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    for r in recs:
+        assert set(r.by_size) == {"1", "37", "256"}
+        assert r.latency_s == pytest.approx(sum(r.by_size.values()) / 3)
+    assert m.time_default() > 0
