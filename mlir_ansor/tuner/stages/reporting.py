@@ -118,6 +118,29 @@ def layout_parts(state: RunState) -> list[str]:
     return parts
 
 
+def dynamic_parts(state: RunState) -> list[str]:
+    """Per dynamic task: the best candidate's micro-kernel and its time at each size sample
+    (the search's joint objective is their weighted mean)."""
+    parts = []
+    for t in state.tasks:
+        ok = [r for r in state.records if r.task_key == t.key and r.ok and r.by_size]
+        if not t.dynamic or not ok:
+            continue
+        best = min(ok, key=lambda r: r.latency_s)
+        prog = best.to_program()
+        root = prog.sketch.root or prog.sketch.anchor
+        kernel = ", ".join(f"loop {l}: workgroups of {s.lengths[0]}x{s.lengths[-1]} rows, "
+                           f"kernels of {s.lengths[-1]} rows" for l in sorted(prog.peeled(root))
+                           for s in [prog.split(root, l)])
+        rows = [[label, fmt_ms(sec)] for label, sec in best.by_size.items()]
+        parts.append(f"Dynamic task {t.task_id} ({t.name[:40]}): one micro-kernel for every "
+                     f"size ({prog.sketch.name}; {kernel or 'rows of one'}); its time at the "
+                     f"size samples (mean {fmt_ms(best.latency_s)} ms, IREE's default "
+                     f"{fmt_ms(state.defaults.get(t.key))} ms):\n"
+                     + table(["size", "best ms"], rows))
+    return parts
+
+
 def e2e_parts(state: RunState) -> list[str]:
     hb, parts = state.handback, []
     for m in state.models:
@@ -153,7 +176,7 @@ def write_report(state: RunState) -> RunState:
     if internal:
         parts.append(f"{internal} internal errors (bugs of mlir-ansor, not of the candidates: "
                      "please report them with records.jsonl)")
-    parts += layout_parts(state) + e2e_parts(state)
+    parts += layout_parts(state) + dynamic_parts(state) + e2e_parts(state)
     measured = {}
     for m in state.models:
         e, tag = hb.e2e[m.name], ("" if state.single else f" {m.name}")

@@ -1,0 +1,123 @@
+"""Dynamic-shape benchmark (DietCode-style tuning): one tuning run over a size range, then
+the handed-back module against IREE's default dynamic module and torch eager at about 12
+sizes of the range, timed side by side (interleaved rounds, lower quartile).
+
+  python tools/bench_dynamic.py mlp --trials 64
+  python tools/bench_dynamic.py mlp --tuned bench_out/dynamic/mlp/run   # reuse a run
+
+Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024). Every module's
+outputs are checked against torch at every size before it is timed; a mismatch prints
+FAILED and stops. Prints the per-size table (size, torch, IREE default, tuned, speedups),
+the geometric means, the tuning time and the module sizes. Not yet here (issue 17): per-size
+static tuning and static bucketing as further columns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mlir_ansor.api import tune
+from mlir_ansor.dynamic import check_sizes
+from mlir_ansor.tuner.e2e import compile_model, module_times, torch_reference, torch_times
+from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile, run_outputs
+from mlir_ansor.tuner.toolchain import Toolchain
+from mlir_ansor.tuner.validation import outputs_match
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, d: int = 768, h: int = 3072):
+        super().__init__()
+        self.up = torch.nn.Linear(d, h)
+        self.down = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def mlp():
+    torch.manual_seed(0)
+    return Mlp().eval(), (torch.randn(8, 768),), "x:0=1..1024"
+
+
+WORKLOADS = {"mlp": mlp}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workload", choices=sorted(WORKLOADS))
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("bench_out/dynamic"))
+    ap.add_argument("--tuned", type=Path, help="an earlier run's output folder (no tuning)")
+    args = ap.parse_args()
+    model, inputs, spec = WORKLOADS[args.workload]()
+    out = args.out / args.workload
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = args.tuned or out / "run"
+    tuning_s = None
+    if args.tuned is None:
+        start = time.monotonic()
+        tune(model, inputs, trials=args.trials, out=run_dir, dynamic=(spec,))
+        tuning_s = time.monotonic() - start
+    tools, cfg = Toolchain.find(), MeasureConfig()
+    modules = {"IREE default": (run_dir / "model.mlir", None),
+               "tuned": (run_dir / "model_tuned.mlir", run_dir / "tuned_library.mlir")}
+    vmfbs = {}
+    for label, (src, lib) in modules.items():
+        vmfb = out / f"{label.split()[0].lower()}.vmfb"
+        applied = compile_model(tools, src, vmfb, cfg, lib if lib and lib.exists() else None)
+        if lib is not None and lib.exists() and not applied:
+            print(f"FAILED: {label}: no strategy applied")
+            return 1
+        vmfbs[label] = vmfb
+    lo, hi = (int(v) for v in spec.split("=")[1].split(".."))
+    rows = []
+    for n in check_sizes(lo, hi):
+        x = torch.randn(n, *inputs[0].shape[1:], generator=torch.Generator().manual_seed(n))
+        d = out / f"size{n}"
+        d.mkdir(exist_ok=True)
+        np.save(d / "in0.npy", x.numpy())
+        refs, mags = torch_reference(model, (x,))
+        for label, vmfb in vmfbs.items():
+            got, err = run_outputs(tools, vmfb, [d / "in0.npy"], len(refs), d / label[:4], cfg)
+            bad = err or outputs_match(got, refs, mags, cfg.model_rtol, cfg.atol)
+            if bad:
+                print(f"FAILED: {label} at size {n}: {bad}")
+                return 1
+        times: dict[str, list[float]] = {k: [] for k in ("torch eager", *vmfbs)}
+        for r in range(args.rounds):
+            order = list(times) if r % 2 == 0 else list(times)[::-1]
+            for label in order:
+                times[label] += (torch_times(model, (x,), cfg) if label == "torch eager" else
+                                 module_times(tools, vmfbs[label], [d / "in0.npy"], cfg))
+        rows.append((n, {k: lower_quartile(v) for k, v in times.items()}))
+    print(f"{args.workload}, dynamic {spec}: latency ms (lower quartile of "
+          f"{args.rounds} interleaved rounds), outputs checked against torch at every size")
+    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} {'tuned':>9} {'vs IREE':>8} {'vs torch':>8}")
+    for n, t in rows:
+        print(f"{n:>6} {t['torch eager'] * 1e3:9.3f} {t['IREE default'] * 1e3:9.3f} "
+              f"{t['tuned'] * 1e3:9.3f} {t['IREE default'] / t['tuned']:7.2f}x "
+              f"{t['torch eager'] / t['tuned']:7.2f}x")
+
+    def geo(a: str) -> float:
+        return math.exp(sum(math.log(t[a] / t["tuned"]) for _, t in rows) / len(rows))
+
+    print(f"geometric mean: {geo('IREE default'):.2f}x IREE default, "
+          f"{geo('torch eager'):.2f}x torch eager")
+    if tuning_s is not None:
+        print(f"tuning time: {tuning_s:.0f} s ({args.trials} trials)")
+    print("module sizes: " + ", ".join(f"{k} {v.stat().st_size / 1e6:.2f} MB"
+                                       for k, v in vmfbs.items()))
+    (out / "table.json").write_text(json.dumps({"rows": rows, "tuning_s": tuning_s}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
