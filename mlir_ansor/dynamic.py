@@ -186,3 +186,59 @@ def tune_samples(resolved: Resolved, most: int = 5) -> list[tuple[tuple[tuple[in
         out.append(tuple(((pos, d.dim), at[d.symbol])
                          for d, pos in zip(resolved.dims, resolved.positions)))
     return out
+
+
+def read_shape_weights(path: str) -> dict[tuple[int, ...], float]:
+    """`--shape-weights FILE`: the sizes a model sees and how often. One line per observed
+    size: `SIZE COUNT` (several dynamic symbols: `SIZE,SIZE,... COUNT`, in the order the
+    --dynamic specs name them); `#` starts a comment. A UsageError names a bad line."""
+    try:
+        text = open(path).read()
+    except OSError as e:
+        raise UsageError(f"--shape-weights {path}: cannot read it ({e.strerror})") from e
+    out: dict[tuple[int, ...], float] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            sizes = tuple(int(x) for x in parts[0].split(","))
+            count = float(parts[1])
+        except ValueError:
+            raise UsageError(f"--shape-weights {path}, line {n}: expected 'SIZE COUNT' "
+                             f"(got {line!r})") from None
+        if count < 0 or any(x < 1 for x in sizes):
+            raise UsageError(f"--shape-weights {path}, line {n}: sizes start at 1 and counts "
+                             "are not negative")
+        out[sizes] = out.get(sizes, 0.0) + count
+    if not out or not sum(out.values()):
+        raise UsageError(f"--shape-weights {path}: no size with a positive count")
+    return out
+
+
+def sample_weights(resolved: Resolved, samples: list[tuple], observed: dict[tuple[int, ...],
+                   float]) -> list[float]:
+    """Weight of each size sample (`tune_samples`): the counts of the observed sizes nearest
+    to it (log distance over the symbols). An observed size outside the --dynamic ranges is
+    a UsageError."""
+    symbols = resolved.symbols
+    for sizes in observed:
+        if len(sizes) != len(symbols):
+            raise UsageError(f"--shape-weights: {','.join(map(str, sizes))} gives "
+                             f"{len(sizes)} sizes for {len(symbols)} dynamic symbols "
+                             f"({', '.join(symbols)})")
+        for sym, x in zip(symbols, sizes):
+            lo, hi = resolved.range_of(sym)
+            if not lo <= x <= hi:
+                raise UsageError(f"--shape-weights: size {x} of {sym} is outside {lo}..{hi}")
+    first = {d.symbol: (pos, d.dim) for d, pos in zip(resolved.dims, resolved.positions)}
+    points = [tuple(dict(s)[first[sym]] for sym in symbols) for s in samples]
+    weights = [0.0] * len(points)
+    for sizes, count in observed.items():
+        near = min(range(len(points)), key=lambda i: sum(
+            abs(math.log(a) - math.log(b)) for a, b in zip(points[i], sizes)))
+        weights[near] += count
+    return weights

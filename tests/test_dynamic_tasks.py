@@ -21,7 +21,8 @@ class Mlp(torch.nn.Module):
         self.fc2 = torch.nn.Linear(96, 32)
 
     def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+        # GELU: its body reads outer constants (the structural matcher, not the DAG one).
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +93,20 @@ def test_candidates_are_validated_and_timed_at_every_size(dyn_tasks, tools):
         assert set(r.by_size) == {"1", "37", "256"}
         assert r.latency_s == pytest.approx(sum(r.by_size.values()) / 3)
     assert m.time_default() > 0
+
+
+def test_shape_weights_weight_the_nearest_sample(tmp_path):
+    from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve,
+                                    sample_weights, tune_samples)
+
+    r = resolve(Mlp(), (torch.randn(8, 64),), [parse_dynamic("x:0=1..1024")])
+    f = tmp_path / "w.txt"
+    f.write_text("# batch sizes seen in serving\n1 10\n2 5\n30 3\n1000 2\n")
+    samples = tune_samples(r)  # sizes 1, 7, 33, 181, 1024
+    assert sample_weights(r, samples, read_shape_weights(str(f))) == [15, 0, 3, 0, 2]
+    f.write_text("1 10\n2048 1\n")
+    with pytest.raises(Exception, match="2048 of x_0 is outside 1..1024"):
+        sample_weights(r, samples, read_shape_weights(str(f)))
+    f.write_text("1 ten\n")
+    with pytest.raises(Exception, match="line 1: expected 'SIZE COUNT'"):
+        read_shape_weights(str(f))

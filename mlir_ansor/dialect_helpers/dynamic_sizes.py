@@ -135,3 +135,32 @@ def specialize(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
             ir.FunctionType.get(new_types, ftype.results))
         PassManager.parse("builtin.module(func.func(canonicalize,cse))").run(module.operation)
         return str(module)
+
+
+def dynamic_ops(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
+                sizes: Mapping[int, int]) -> tuple:
+    """The ops (`linalg_info.OpInfo`) of a dynamic function read at `sizes`, each with its
+    dynamic loops: those whose extent moves with the sizes."""
+    from dataclasses import replace
+
+    from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+
+    ops = analyze_task(specialize(func_mlir, dynamic_dims, sizes))
+    other = analyze_task(specialize(func_mlir, dynamic_dims,
+                                    {k: 2 * v + 1 for k, v in sizes.items()}))
+    if [o.extents for o in ops] == [o.extents for o in other] and dynamic_dims:
+        raise UnsupportedDispatch("no loop extent follows the dynamic sizes")
+    return tuple(replace(o, dynamic_loops=tuple(
+        l for l, (a, b) in enumerate(zip(o.extents, p.extents)) if a != b))
+        for o, p in zip(ops, other))
+
+
+def signature_dims(func_mlir: str) -> tuple[tuple[int, int, int], ...]:
+    """(argument, dim, 0) for every `?` of a function's arguments: one shared size, for
+    reading a pattern whose workload ordinals are not known (a library's matcher)."""
+    with ir.Context():
+        module = ir.Module.parse(func_mlir)
+        args = module.body.operations[0].regions[0].blocks[0].arguments
+        return tuple((i, d, 0) for i, a in enumerate(args)
+                     if isinstance(a.type, ir.RankedTensorType)
+                     for d in range(a.type.rank) if a.type.is_dynamic_dim(d))

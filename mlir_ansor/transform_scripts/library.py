@@ -13,6 +13,7 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import transform
 
+from mlir_ansor.dialect_helpers.dynamic_sizes import dynamic_ops, signature_dims
 from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operand_path,
                                                     tileable_ops)
 from mlir_ansor.dialect_helpers.transform_builder import any_op
@@ -100,7 +101,8 @@ def _inside(op, ancestor: ir.Operation) -> bool:
 
 
 def _match_dims(target: ir.Value, op: OpInfo) -> None:
-    """`target` has `op`'s loop kinds and extents."""
+    """`target` has `op`'s loop kinds and extents (its static ones: a dynamic loop's extent
+    is any)."""
     p64 = transform.ParamType.get(ir.IntegerType.get_signless(64))
     st = ir.Operation.create("transform.match.structured", results=[p64], operands=[target],
                              regions=1, attributes={"failure_propagation_mode": ir.IntegerAttr.get(
@@ -126,16 +128,37 @@ def _match_dims(target: ir.Value, op: OpInfo) -> None:
             ir.Operation.create("transform.match.param.cmpi", operands=[got, ref], attributes={
                 "predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)})
         ir.Operation.create("transform.match.structured.yield", operands=[dims])
-    ir.Operation.create("transform.iree.match.dims_equal", operands=[st.results[0]],
-                        attributes={"expected_values": ir.DenseI64ArrayAttr.get(
-                            list(op.extents))})
+    if not op.dynamic_loops:
+        ir.Operation.create("transform.iree.match.dims_equal", operands=[st.results[0]],
+                            attributes={"expected_values": ir.DenseI64ArrayAttr.get(
+                                list(op.extents))})
+        return
+    for i, ext in enumerate(op.extents):
+        if i in op.dynamic_loops:
+            continue
+        st = ir.Operation.create("transform.match.structured", results=[p64],
+                                 operands=[target], regions=1, attributes={
+                                     "failure_propagation_mode": ir.IntegerAttr.get(
+                                         ir.IntegerType.get_signless(32), 1)})
+        block = st.regions[0].blocks.append(any_op())
+        with ir.InsertionPoint(block):
+            dim = ir.Operation.create("transform.match.structured.dim", results=[p64],
+                                      operands=[block.arguments[0]], attributes={
+                                          "raw_dim_list": ir.DenseI64ArrayAttr.get([i])}).result
+            ir.Operation.create("transform.match.structured.yield", operands=[dim])
+        want = transform.ParamConstantOp(p64, ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), ext)).result
+        ir.Operation.create("transform.match.param.cmpi", operands=[st.results[0], want],
+                            attributes={"predicate": ir.IntegerAttr.get(
+                                ir.IntegerType.get_signless(32), 0)})
 
 
 def match_task_structure(target: ir.Value, task_mlir: str) -> None:
     """Fallback matcher on loop structure: every op of the task's DAG, reached from the
     root through its operands, has the right name, loop kinds and extents. Bodies are not
     compared; a strategy only tiles and vectorizes, which is correct for any body."""
-    ops = analyze_task(task_mlir)
+    dims = signature_dims(task_mlir)
+    ops = dynamic_ops(task_mlir, dims, {0: 97}) if dims else analyze_task(task_mlir)
     root = ops[-1]
     for op in ops:
         h = target
@@ -187,13 +210,13 @@ def sizes_as_arguments(pattern: str) -> str:
 
 
 def _build_matcher(name: str, pattern: str) -> None:
-    pattern = sizes_as_arguments(pattern)
     seq = transform.NamedSequenceOp(name, [any_op()], [any_op()], arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
         if captures_outer_values(pattern):
             match_task_structure(seq.bodyTarget, pattern)
         else:
-            match_task_dag(seq.bodyTarget, pattern, _root_op_name(pattern))
+            match_task_dag(seq.bodyTarget, sizes_as_arguments(pattern),
+                           _root_op_name(pattern))
         transform.YieldOp([seq.bodyTarget])
 
 

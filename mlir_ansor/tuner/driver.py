@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mlir_ansor.dynamic import parse_dynamic
+from mlir_ansor.dynamic import parse_dynamic, read_shape_weights
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import TargetError, get_target, host
@@ -83,8 +83,11 @@ class TuneOptions:
     cost_model: str = "auto"
     # Dynamic input dimensions, `INPUT:DIM=LO..HI[@NAME]` (mlir_ansor/dynamic.py), applied to
     # every model: one module serves every size of the range; it is checked at sizes across
-    # it. Dispatches with a dynamic dimension keep IREE's default codegen for now.
+    # it. Dynamic dispatches get one micro-kernel each, measured at size samples.
     dynamic: tuple[str, ...] = ()
+    # `--shape-weights FILE`: observed sizes and their counts (dynamic.read_shape_weights);
+    # they weight the size samples of the joint objective ("": uniform).
+    shape_weights: str = ""
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -123,6 +126,10 @@ class TuneOptions:
                              f"{here.device_kind} (no remote runner can be reached from here)")
         for spec in self.dynamic:
             parse_dynamic(spec)  # a bad spec ends here, before any work
+        if self.shape_weights:
+            if not self.dynamic:
+                raise UsageError("--shape-weights needs --dynamic")
+            read_shape_weights(self.shape_weights)  # (sizes against the ranges: at import)
         if self.cost_model not in ("auto", "none"):
             if not Path(self.cost_model).is_file():
                 raise UsageError(f"cost model file not found: {self.cost_model}")

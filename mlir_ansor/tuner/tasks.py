@@ -10,7 +10,7 @@ import numpy as np
 from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
-from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr, specialize
+from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr, dynamic_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
 from mlir_ansor.sketch_passes.annotation import dynamic_peelable
@@ -162,25 +162,11 @@ def _middle(samples: tuple[SizeSample, ...]) -> SizeSample:
     return by_size[len(by_size) // 2]
 
 
-def _dynamic_ops(func_mlir: str, dynamic_dims: tuple, sizes: dict[int, int]
-                 ) -> tuple[OpInfo, ...]:
-    """The ops of a dynamic function read at `sizes`, each with its dynamic loops (those
-    whose extent moves with the sizes)."""
-    ops = analyze_task(specialize(func_mlir, dynamic_dims, sizes))
-    other = analyze_task(specialize(func_mlir, dynamic_dims,
-                                    {k: 2 * v + 1 for k, v in sizes.items()}))
-    if [o.extents for o in ops] == [o.extents for o in other] and dynamic_dims:
-        raise UnsupportedDispatch("no loop extent follows the dynamic sizes")
-    return tuple(replace(o, dynamic_loops=tuple(
-        l for l, (a, b) in enumerate(zip(o.extents, p.extents)) if a != b))
-        for o, p in zip(ops, other))
-
-
 def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     """The task with ops and sketches read from `func_mlir` (or the reason it is skipped)."""
     try:
         if task.dynamic:
-            ops = _dynamic_ops(func_mlir, task.dynamic_dims, nominal_sample(task))
+            ops = dynamic_ops(func_mlir, task.dynamic_dims, nominal_sample(task))
         else:
             ops = tuple(analyze_task(func_mlir))
     except UnsupportedDispatch as err:

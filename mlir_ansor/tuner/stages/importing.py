@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from mlir_ansor.dynamic import parse_dynamic, resolve
+from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve, sample_weights,
+                                tune_samples)
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.stages.state import ModelIn, RunState
@@ -49,8 +50,12 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
         model, inputs = call_factory(name, fac)
         d = state.out if single else state.out / safe_dir_name(name)
         dims = [parse_dynamic(s) for s in state.opts.dynamic]
-        models.append(ModelIn(name, model, inputs, Path(d),
-                              resolve(model, inputs, dims) if dims else None))
+        resolved = resolve(model, inputs, dims) if dims else None
+        if resolved is not None and state.opts.shape_weights:
+            # Observed sizes outside the ranges end here, before any work.
+            sample_weights(resolved, tune_samples(resolved),
+                           read_shape_weights(state.opts.shape_weights))
+        models.append(ModelIn(name, model, inputs, Path(d), resolved))
     return replace(state, models=tuple(models))
 
 
