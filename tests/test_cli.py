@@ -61,6 +61,9 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--cost-model", "README.md"], "cost model README.md: cannot be read"),
     (["--dynamic", "x:0=9..2"], "--dynamic x:0=9..2: LO 9 > HI 2"),
     (["--dynamic", "x0=1..8"], "expected INPUT:DIM=LO..HI"),
+    (["--shape-weights", "README.md"], "--shape-weights needs --dynamic"),
+    (["--dynamic", "x:0=1..8", "--shape-weights", "README.md"], "expected 'SIZE COUNT'"),
+    (["--dynamic", "x:0=1..8", "--shape-weights", "nope.txt"], "cannot read it"),
 ])
 def test_bad_options(out, args, says):
     err = one_line_error(run_cli("matmul_1024", *args, "--out", str(out)), UsageError.exit_code)
@@ -77,6 +80,15 @@ def test_reuse_is_repeatable_and_keeps_the_model_argument(out, tmp_path):
     err = one_line_error(run_cli("--reuse", str(a), "--reuse", str(b), "mlp", "--out", str(out)),
                          UsageError.exit_code)
     assert "b.jsonl" in err
+
+
+def test_shape_weights_outside_the_range(out, tmp_path):
+    w = tmp_path / "w.txt"
+    w.write_text("4 10\n2048 1\n")
+    err = one_line_error(run_cli("mlp", "--dynamic", "x:0=2..256", "--shape-weights", str(w),
+                                 "--out", str(out)), UsageError.exit_code)
+    assert "size 2048 of x_0 is outside 2..256" in err
+    assert untouched(out)
 
 
 def test_dynamic_specs_the_model_does_not_have(out):

@@ -92,7 +92,14 @@ def test_candidates_are_validated_and_timed_at_every_size(dyn_tasks, tools):
     for r in recs:
         assert set(r.by_size) == {"1", "37", "256"}
         assert r.latency_s == pytest.approx(sum(r.by_size.values()) / 3)
-    assert m.time_default() > 0
+    # Once IREE's default was timed at each size, a size counts by its time relative to
+    # the default there (the mean would be the largest size's alone).
+    d = m.time_default()
+    assert set(m.default_at) == {"1", "37", "256"}
+    assert d == pytest.approx(sum(m.default_at.values()) / 3)
+    r = m.measure(progs[:1])[0]
+    assert r.latency_s == pytest.approx(d * sum(r.by_size[k] / m.default_at[k]
+                                                for k in m.default_at) / 3)
 
 
 def test_shape_weights_weight_the_nearest_sample(tmp_path):
@@ -110,3 +117,14 @@ def test_shape_weights_weight_the_nearest_sample(tmp_path):
     f.write_text("1 ten\n")
     with pytest.raises(Exception, match="line 1: expected 'SIZE COUNT'"):
         read_shape_weights(str(f))
+
+
+def test_a_dynamic_model_is_judged_over_all_its_sizes():
+    from mlir_ansor.tuner.e2e import EndToEnd
+
+    static = EndToEnd(1.0, 2.0, 1.0, (), 0.0)
+    assert static.speedup == pytest.approx(2.0)
+    # 2x faster at the example size, 2x slower at two others: slower on the whole.
+    dyn = EndToEnd(1.0, 2.0, 1.0, (), 0.0, ("n=1", "n=512"),
+                   by_size=(("n=1", 1.0, 1.0, 2.0), ("n=512", 1.0, 4.0, 8.0)))
+    assert dyn.speedup == pytest.approx(0.5 ** (1 / 3))

@@ -2,6 +2,7 @@
 dispatches were configured with our strategies, compare with torch, time side by side."""
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -28,12 +29,24 @@ class EndToEnd:
     # "" when IREE's default matches torch; else how it differs: the tuned module was then
     # checked against IREE's default (what the user's IREE build computes anyway).
     default_differs: str = ""
+    # A dynamic model, timed at every checked size too: (label, torch s, default s, tuned s).
+    by_size: tuple[tuple[str, float, float, float], ...] = ()
+
+    @property
+    def speedup(self) -> float:
+        """Tuned over IREE's default: at the example inputs, or for a dynamic model the
+        geometric mean over the example and every checked size (each size counts alike)."""
+        pairs = [(self.default_s, self.tuned_s)] + [(d, t) for _, _, d, t in self.by_size]
+        return math.exp(sum(math.log(d / t) for d, t in pairs) / len(pairs))
 
 
 # IREE's default may differ from torch beyond the element bound (polynomial tanh/exp, other
 # summation orders) by a little; beyond this share of the output's largest magnitude it is
 # taken as broken and the run stops.
 GROSS_DIFFERENCE = 1e-2
+# Interleaved rounds at each further size of a dynamic model (the example size gets
+# end_to_end's `rounds`).
+SIZE_ROUNDS = 3
 
 
 def model_reference(tools: Toolchain, default_vmfb: Path, model, inputs: tuple,
@@ -212,9 +225,11 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         applied, err = check_tuned(tools, tuned_mlir or model_mlir, library, tuned_vmfb, cfg,
                                    expected, in_paths, refs, mags)
         max_err = max(max_err, err)
+    check_paths = []
     for i, (label, xs) in enumerate(checks):
         d = out_dir / f"check{i}"
         paths = save_inputs(xs, d)
+        check_paths.append(paths)
         r, mg, e, why = model_reference(tools, default_vmfb, model, xs, paths, d, cfg)
         max_err = max(max_err, e)
         differs = differs or (f"at {label}: {why}" if why else "")
@@ -230,6 +245,19 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         t_torch += torch_times(model, inputs, cfg)
     if same:
         t_tuned = t_def  # nothing was tuned: the tuned module is the default one
+    by_size = []
+    for (label, xs), paths in zip(checks, check_paths):
+        # Every size of a dynamic model counts (the example is one size of many).
+        tt: list[float] = []
+        td: list[float] = []
+        tu: list[float] = []
+        pair = [(default_vmfb, td)] + ([] if same else [(tuned_vmfb, tu)])
+        for i in range(SIZE_ROUNDS):
+            for vmfb, times in (pair if i % 2 == 0 else pair[::-1]):
+                times += module_times(tools, vmfb, paths, cfg)
+            tt += torch_times(model, xs, cfg)
+        by_size.append((label, lower_quartile(tt), lower_quartile(td),
+                        lower_quartile(tu if not same else td)))
     return EndToEnd(lower_quartile(t_torch), lower_quartile(t_def),
                     lower_quartile(t_tuned), tuple(sorted(applied)), max_err,
-                    tuple(label for label, _ in checks), differs)
+                    tuple(label for label, _ in checks), differs, tuple(by_size))

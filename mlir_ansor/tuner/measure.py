@@ -170,6 +170,7 @@ class TaskMeasurer:
             for i, s in enumerate(samples)]
         self.best_s: float | None = None  # fastest valid candidate measured by this measurer
         self.best_at: dict[str, float] = {}  # and the fastest at each point
+        self.default_at: dict[str, float] = {}  # IREE's default at each size sample
         self.pipeline = ""  # IREE's default codegen pipeline (set by prepare)
 
     @staticmethod
@@ -239,8 +240,13 @@ class TaskMeasurer:
                               extra=[TASK_RESUME_FLAG, *extra], **kw)
 
     def time_default(self) -> float | None:
-        """IREE's default build, timed by the same runner as the candidates."""
-        return self.timed(self.default_vmfb)[0]
+        """IREE's default build, timed by the same runner as the candidates. Its first
+        timing at each size sample is what a dynamic task's sizes are weighed by (`_mean`)."""
+        latency, by = self.timed(self.default_vmfb)
+        if latency is not None and not self.default_at and any(by):
+            self.default_at = dict(by)
+            latency = self._mean(by)
+        return latency
 
     def timed(self, artifact: Path, validate: bool = False,
               slow_cutoff_s: float | None = None) -> tuple[float | None, dict[str, float]]:
@@ -256,8 +262,15 @@ class TaskMeasurer:
         return self._mean(by), by
 
     def _mean(self, by: dict[str, float]) -> float:
-        total = sum(pt.weight for pt in self.points)
-        return sum(pt.weight * by[pt.label] for pt in self.points) / total
+        """A dynamic task's latency: each size sample counts by its weight in time relative
+        to IREE's default there (a plain mean would be the largest sizes' alone), scaled
+        back to seconds by the default's mean (so the default's own is its mean)."""
+        total = sum(pt.weight for pt in self.points) or 1.0
+        if not self.default_at:
+            return sum(pt.weight * by[pt.label] for pt in self.points) / total
+        base = sum(pt.weight * self.default_at[pt.label] for pt in self.points) / total
+        return base * sum(pt.weight * by[pt.label] / self.default_at[pt.label]
+                          for pt in self.points) / total
 
     def validated(self, artifact: Path) -> bool:
         """Whether the artifact's outputs match the reference at every point."""

@@ -209,7 +209,7 @@ def hand_back(state: RunState) -> RunState:
     flags = target_flags(opts.target)
     for m in state.models:
         changed = bool(e2es[m.name].applied) or ex.layout(m.name).changed
-        wins[m.name] = changed and e2es[m.name].tuned_s <= e2es[m.name].default_s
+        wins[m.name] = changed and e2es[m.name].speedup >= 1.0
         lib = m.dir / LIBRARY
         if wins[m.name]:
             write_build_script(m.dir, flags)

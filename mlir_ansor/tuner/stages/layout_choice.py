@@ -22,10 +22,6 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     notes = []
     base = m.dir / "model.mlir"
     relayout = opts.layout_rewrite and get_target(opts.target).backend == "llvm-cpu"
-    if relayout and m.dynamic is not None:
-        # The rewrites time and pack static shapes; a dynamic model keeps its layout.
-        relayout = False
-        notes.append(f"Layout rewrite skipped for {m.name}: dynamic dimensions")
     activation = None
     if relayout and channels_first_convs(base.read_text()):
         try:

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+from mlir_ansor.tuner.e2e import SIZE_ROUNDS
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
@@ -132,7 +133,8 @@ def dynamic_parts(state: RunState) -> list[str]:
         kernel = ", ".join(f"loop {l}: workgroups of {s.lengths[0]}x{s.lengths[-1]} rows, "
                            f"kernels of {s.lengths[-1]} rows" for l in sorted(prog.peeled(root))
                            for s in [prog.split(root, l)])
-        rows = [[label, fmt_ms(sec)] for label, sec in best.by_size.items()]
+        rows = [[label, fmt_ms(sec)] for label, sec in sorted(
+            best.by_size.items(), key=lambda kv: [int(x) for x in kv[0].split(",")])]
         parts.append(f"Dynamic task {t.task_id} ({t.name[:40]}): one micro-kernel for every "
                      f"size ({prog.sketch.name}; {kernel or 'rows of one'}); its time at the "
                      f"size samples (mean {fmt_ms(best.latency_s)} ms, IREE's default "
@@ -160,6 +162,14 @@ def e2e_parts(state: RunState) -> list[str]:
         parts.append(f"End to end (model {m.name}, {match}, max abs error "
                      f"{e.max_error:.2e}{sizes}){same}:\n"
                      + table(["", "torch eager (2 threads)", "IREE default", "tuned"], rows))
+        if e.by_size:
+            srows = [[label, fmt_ms(t), fmt_ms(d), fmt_ms(u), f"{d / u:.2f}x", f"{t / u:.2f}x"]
+                     for label, t, d, u in e.by_size]
+            parts.append(f"End to end of {m.name} at each checked size (lower quartile of "
+                         f"{SIZE_ROUNDS} interleaved rounds; geometric mean with the example "
+                         f"size: {e.speedup:.2f}x IREE default, which decides the module "
+                         "handed back):\n" + table(["size", "torch ms", "IREE default ms",
+                                                    "tuned ms", "vs IREE", "vs torch"], srows))
     return parts
 
 
@@ -203,6 +213,8 @@ def write_report(state: RunState) -> RunState:
                          "tuned_s": e.tuned_s, "applied": list(e.applied),
                          "max_abs_error": e.max_error, "also_checked_at": list(e.checked),
                          "default_differs_from_torch": e.default_differs,
+                         "by_size": [dict(zip(("size", "torch_s", "default_s", "tuned_s"), r))
+                                     for r in e.by_size],
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
                          "handed_back": "tuned" if hb.wins[m.name] else "default"}

@@ -48,8 +48,8 @@ def form_tasks(state: RunState) -> RunState:
     dyn = {m.name: m.dynamic for m in state.models}
     observed = read_shape_weights(state.opts.shape_weights) if state.opts.shape_weights \
         else None
-    per_model = {name: [with_samples(t, dyn.get(name), observed) for t in extract_tasks(
-        f.flow, state.opts.target)] + list(f.packed_tasks) for name, f in state.forms.items()}
+    per_model = {name: [with_samples(t, dyn.get(name), observed) for t in [*extract_tasks(
+        f.flow, state.opts.target), *f.packed_tasks]] for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
