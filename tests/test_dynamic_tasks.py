@@ -71,6 +71,24 @@ def test_programs_are_micro_kernels_over_the_dynamic_loop(dyn_tasks):
     assert any("dynamic loop" in e for e in violations(t.ops, bad))
 
 
+def test_mutations_move_the_kernel_rows_and_the_workgroup_kernels(dyn_tasks):
+    from mlir_ansor.sketch_passes.mutations import mutate_tile_size
+
+    t = dyn_tasks[0][0]
+    rng = random.Random(11)
+    p = annotate(t.ops, t.sketches[0], rng)
+    ks, cs = set(), set()
+    for _ in range(200):
+        q = mutate_tile_size(t.ops, p, rng)
+        if q is None:
+            continue
+        assert violations(t.ops, q) == []
+        k, _, c = q.split(q.sketch.root, 0).lengths
+        ks.add(k)
+        cs.add(c)
+    assert len(ks) > 1 and len(cs) > 1
+
+
 def test_tune_sizes_cover_the_range_with_odd_sizes():
     assert tune_sizes(1, 1024) == (1, 7, 33, 181, 1024)
     assert tune_sizes(2, 5) == (2, 3, 4, 5)

@@ -178,7 +178,7 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
     return FlowDispatch(name, to_task_function(copy), str(runnable), len(users), "",
                         tuple(str(v.type) for v in tensors),
                         tuple(str(r.type) for r in call.results), exprs,
-                        tuple(size_expr(v) for v in workload))
+                        tuple(size_expr(v) for v in workload) if sized else ())
 
 
 def codegen_view(configured: str) -> DispatchFunc:

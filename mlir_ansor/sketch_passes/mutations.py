@@ -11,8 +11,9 @@ import random
 from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import (MAX_WORKGROUP_DIMS, peel_sizes, repair,
-                                                 unroll_choices, violations)
+from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
+                                                 peel_sizes, repair, unroll_choices,
+                                                 violations)
 from mlir_ansor.sketch_passes.loops import eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
 from mlir_ansor.targets import Target
@@ -70,12 +71,17 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
         return None
     step = rng.choice(splits)
     if step.loop in prog.peeled(base.name):  # a micro-kernel loop: another register tile
-        sizes = [c for c in peel_sizes(base.extents[step.loop], step.lengths[-1] * 2,
-                                       step.loop in base.dynamic_loops)
-                 if c != step.lengths[-1]]
+        k, one, c = step.lengths
+        if step.loop in base.dynamic_loops and rng.random() < 0.5:
+            # ... or, on a dynamic loop, another number of kernels per workgroup.
+            ks = [x for x in DYNAMIC_WORKGROUP_KERNELS if x != k]
+            new = SplitStep(step.op, step.loop, (rng.choice(ks), one, c))
+            return _checked(ops, _replace(prog, step, new), target)
+        sizes = [x for x in peel_sizes(base.extents[step.loop], c * 2,
+                                       step.loop in base.dynamic_loops) if x != c]
         if not sizes:
             return None
-        new = SplitStep(step.op, step.loop, (*step.lengths[:2], rng.choice(sizes)))
+        new = SplitStep(step.op, step.loop, (k, one, rng.choice(sizes)))
         return _checked(ops, _replace(prog, step, new), target)
     levels = split_levels(base, step)
     src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
