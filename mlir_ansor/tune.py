@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --dynamic: the sizes the model sees, one 'SIZE COUNT' line "
                         "each; they weight the sizes a dynamic dispatch is tuned at "
                         "(default: uniform)")
+    p.add_argument("--size-samples", type=int, default=5, metavar="N",
+                   help="with --dynamic: how many sizes of each range a dynamic dispatch is "
+                        "measured at while tuning (default 5; at least 2, the ends)")
     p.add_argument("--scheduler", choices=["gradient", "round_robin"], default="gradient",
                    help="how trials are spread over tasks (default: gradient, paper §6)")
     p.add_argument("--objective", choices=["f1", "f2", "f3", "f4"], default="f1",
@@ -105,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,
-            dynamic=tuple(args.dynamic), shape_weights=args.shape_weights))
+            dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
+            size_samples=args.size_samples))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

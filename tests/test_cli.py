@@ -62,6 +62,7 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--dynamic", "x:0=9..2"], "--dynamic x:0=9..2: LO 9 > HI 2"),
     (["--dynamic", "x0=1..8"], "expected INPUT:DIM=LO..HI"),
     (["--shape-weights", "README.md"], "--shape-weights needs --dynamic"),
+    (["--size-samples", "1"], "--size-samples must be >= 2"),
     (["--dynamic", "x:0=1..8", "--shape-weights", "README.md"], "expected 'SIZE COUNT'"),
     (["--dynamic", "x:0=1..8", "--shape-weights", "nope.txt"], "cannot read it"),
 ])

@@ -79,7 +79,8 @@ def test_one_module_serves_every_size(tmp_path):
     out = tmp_path / "o"
     res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune",
                           f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=16..32",
-                          "--trials", "4", "--batch", "2", "--out", str(out)],
+                          "--trials", "4", "--batch", "2", "--size-samples", "2",
+                          "--out", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "tensor<?x64xf32>" in (out / "model.mlir").read_text()
@@ -87,7 +88,7 @@ def test_one_module_serves_every_size(tmp_path):
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ok = [r for r in recs if r["status"] == "ok"]
     assert len({r["task_key"] for r in ok}) == 2, [r["error"] for r in recs]
-    assert all(set(r["by_size"]) == {str(n) for n in tune_sizes(16, 32)} for r in ok)
+    assert all(set(r["by_size"]) == {str(n) for n in tune_sizes(16, 32, 2)} for r in ok)
     assert "Dynamic task t0" in res.stdout and "Dynamic task t1" in res.stdout
     e2e = json.loads((out / "report.json").read_text())["e2e"]
     checked = next(iter(e2e.values()))["also_checked_at"]

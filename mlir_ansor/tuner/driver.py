@@ -88,6 +88,9 @@ class TuneOptions:
     # `--shape-weights FILE`: observed sizes and their counts (dynamic.read_shape_weights);
     # they weight the size samples of the joint objective ("": uniform).
     shape_weights: str = ""
+    # How many sizes of each range a dynamic task is measured at (dynamic.tune_sizes): more
+    # cover the range better, each costs a run per candidate.
+    size_samples: int = 5
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -126,6 +129,9 @@ class TuneOptions:
                              f"{here.device_kind} (no remote runner can be reached from here)")
         for spec in self.dynamic:
             parse_dynamic(spec)  # a bad spec ends here, before any work
+        if self.size_samples < 2:
+            raise UsageError(f"--size-samples must be >= 2 (got {self.size_samples}): the "
+                             "ends of each range")
         if self.shape_weights:
             if not self.dynamic:
                 raise UsageError("--shape-weights needs --dynamic")

@@ -53,7 +53,7 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
         resolved = resolve(model, inputs, dims) if dims else None
         if resolved is not None and state.opts.shape_weights:
             # Observed sizes outside the ranges end here, before any work.
-            sample_weights(resolved, tune_samples(resolved),
+            sample_weights(resolved, tune_samples(resolved, state.opts.size_samples),
                            read_shape_weights(state.opts.shape_weights))
         models.append(ModelIn(name, model, inputs, Path(d), resolved))
     return replace(state, models=tuple(models))

@@ -30,7 +30,7 @@ def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str,
 
 
 def with_samples(task: Task, dynamic: Resolved | None,
-                 observed: dict[tuple[int, ...], float] | None = None) -> Task:
+                 observed: dict[tuple[int, ...], float] | None = None, most: int = 5) -> Task:
     """A dynamic task with the size samples it is measured at (from its model's --dynamic
     ranges; weighted by the observed sizes of --shape-weights, else uniform); a dynamic
     task of a model without any is left to IREE."""
@@ -39,7 +39,7 @@ def with_samples(task: Task, dynamic: Resolved | None,
     if dynamic is None:
         return replace(task, skip_reason="dynamic shapes without --dynamic ranges: left to "
                                          "IREE's default codegen")
-    points = tune_samples(dynamic)
+    points = tune_samples(dynamic, most)
     weights = sample_weights(dynamic, points, observed) if observed else [1.0] * len(points)
     return replace(task, samples=tuple(SizeSample(s, w) for s, w in zip(points, weights)))
 
@@ -48,7 +48,8 @@ def form_tasks(state: RunState) -> RunState:
     dyn = {m.name: m.dynamic for m in state.models}
     observed = read_shape_weights(state.opts.shape_weights) if state.opts.shape_weights \
         else None
-    per_model = {name: [with_samples(t, dyn.get(name), observed) for t in [*extract_tasks(
+    per_model = {name: [with_samples(t, dyn.get(name), observed, state.opts.size_samples)
+                        for t in [*extract_tasks(
         f.flow, state.opts.target), *f.packed_tasks]] for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
