@@ -153,7 +153,12 @@ def check_sizes(lo: int, hi: int, most: int = 12) -> tuple[int, ...]:
 def size_sets(resolved: Resolved) -> list[dict[str, int]]:
     """The sizes to check a model at: one value per symbol in each set; with several
     symbols their check sizes are walked side by side (ends together)."""
-    per = {s: check_sizes(*resolved.range_of(s)) for s in resolved.symbols}
+    return _side_by_side({s: check_sizes(*resolved.range_of(s)) for s in resolved.symbols})
+
+
+def _side_by_side(per: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
+    """Size sets from each symbol's sizes walked together (ends together), as many sets as
+    the longest list."""
     n = max(len(v) for v in per.values())
     return [{s: v[min(i * len(v) // n, len(v) - 1)] for s, v in per.items()} for i in range(n)]
 
@@ -178,14 +183,11 @@ def tune_sizes(lo: int, hi: int, most: int = 5) -> tuple[int, ...]:
 def tune_samples(resolved: Resolved, most: int = 5) -> list[tuple[tuple[tuple[int, int], int], ...]]:
     """The size samples of a model: per sample, ((input position, dim), size) for every
     --dynamic spec; several symbols walk their sizes side by side (ends together)."""
-    per = {s: tune_sizes(*resolved.range_of(s), most) for s in resolved.symbols}
-    n = max(len(v) for v in per.values())
-    out = []
-    for i in range(n):
-        at = {s: v[min(i * len(v) // n, len(v) - 1)] for s, v in per.items()}
-        out.append(tuple(((pos, d.dim), at[d.symbol])
-                         for d, pos in zip(resolved.dims, resolved.positions)))
-    return out
+    sets = _side_by_side({s: tune_sizes(*resolved.range_of(s), most)
+                          for s in resolved.symbols})
+    return [tuple(((pos, d.dim), at[d.symbol]) for d, pos in zip(resolved.dims,
+                                                                  resolved.positions))
+            for at in sets]
 
 
 def read_shape_weights(path: str) -> dict[tuple[int, ...], float]:

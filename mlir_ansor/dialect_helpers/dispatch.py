@@ -120,6 +120,14 @@ def _segments(op: ir.Operation) -> list[list[ir.Value]]:
     return out
 
 
+def _tensor_dim(tensor: ir.Value, dim: int) -> ir.Value:
+    """`tensor.dim %tensor, dim` at the current insertion point."""
+    c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()], attributes={
+        "value": ir.IntegerAttr.get(ir.IndexType.get(), dim)}).result
+    return ir.Operation.create("tensor.dim", results=[ir.IndexType.get()],
+                               operands=[tensor, c]).result
+
+
 def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> FlowDispatch:
     """The runnable module: `@main(tensors)` calls the dispatch once. A dynamic dispatch's
     index operands (workload, sizes) become `tensor.dim`s of @main's arguments, and each
@@ -147,14 +155,7 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
         main = func_d.FuncOp("main", ftype)
         entry = main.add_entry_block()
         with ir.InsertionPoint(entry):
-            dims = []
-            for _, i, d in sized:
-                c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
-                                        attributes={"value": ir.IntegerAttr.get(
-                                            ir.IndexType.get(), d)}).result
-                dims.append(ir.Operation.create(
-                    "tensor.dim", results=[ir.IndexType.get()],
-                    operands=[entry.arguments[i], c]).result)
+            dims = [_tensor_dim(entry.arguments[i], d) for _, i, d in sized]
             new_call = call.clone()
             t = 0
             for k, v in enumerate(call.operands):
@@ -219,12 +220,10 @@ def _dynamic_result_sizes(load: ir.Operation) -> list[tuple[int, ir.Value]]:
         if src.name != _SUBSPAN:
             raise UnsupportedDispatch(f"a dynamic tensor loaded from '{src.name}'")
         return list(zip(dyn, _segments(src)[-1]))
-    static = list(ir.DenseI64ArrayAttr(load.attributes["static_sizes"]))
-    sizes = _segments(load)[3]
-    dyn = [i for i, s in enumerate(static) if s == ir.ShapedType.get_dynamic_size()]
-    if len(static) != rtype.rank:
+    # Not rank-reducing: the `?` of the sizes are those of the result, in order.
+    if len(ir.DenseI64ArrayAttr(load.attributes["static_sizes"])) != rtype.rank:
         raise UnsupportedDispatch("a rank-reducing load of a dynamic tensor")
-    return list(zip(dyn, sizes))
+    return list(zip(dyn, _segments(load)[3]))
 
 
 def _to_task_function(func: ir.Operation) -> DispatchFunc:
@@ -273,11 +272,7 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
             if src is None:
                 raise UnsupportedDispatch(f"dispatch {name}: a workload size that sizes no "
                                           "input")
-            c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
-                                    attributes={"value": ir.IntegerAttr.get(
-                                        ir.IndexType.get(), src[1])}).result
-            v.replace_all_uses_with(ir.Operation.create(
-                "tensor.dim", results=[ir.IndexType.get()], operands=[src[0], c]).result)
+            v.replace_all_uses_with(_tensor_dim(*src))
     terminator = ops[-1].operation
     with ir.InsertionPoint.at_block_terminator(block), loc:
         ir.Operation.create("func.return", operands=out_values)

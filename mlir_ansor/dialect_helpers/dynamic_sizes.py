@@ -52,25 +52,6 @@ class SizeExpr:
         a, b = (e.evaluate(dims) for e in self.args)
         return int(_BINARY[self.op](a, b))
 
-    def inputs(self) -> set[tuple[int, int]]:
-        """The (input position, dim) pairs the size depends on."""
-        if self.op == "input":
-            return {(self.args[0], self.args[1])}
-        if self.op == "const":
-            return set()
-        return set().union(*(e.inputs() for e in self.args))
-
-    def to_json(self) -> list:
-        if self.op in ("input", "const"):
-            return [self.op, *self.args]
-        return [self.op, *(e.to_json() for e in self.args)]
-
-    @staticmethod
-    def from_json(d: list) -> "SizeExpr":
-        if d[0] in ("input", "const"):
-            return SizeExpr(d[0], tuple(d[1:]))
-        return SizeExpr(d[0], tuple(SizeExpr.from_json(e) for e in d[1:]))
-
     def __str__(self) -> str:
         if self.op == "input":
             return f"in{self.args[0]}[{self.args[1]}]"
@@ -100,6 +81,11 @@ def size_expr(value: ir.Value) -> SizeExpr:
     if name in _BINARY:
         return SizeExpr(name, (size_expr(op.operands[0]), size_expr(op.operands[1])))
     raise UnsupportedDispatch(f"a dynamic size is computed by '{name}': not followed")
+
+
+# The size a dynamic function is read at when no better one is known (any size works: its
+# strategies do not depend on it).
+NOMINAL_SIZE = 97
 
 
 def specialize(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],

@@ -13,7 +13,8 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import transform
 
-from mlir_ansor.dialect_helpers.dynamic_sizes import dynamic_ops, signature_dims
+from mlir_ansor.dialect_helpers.dynamic_sizes import (NOMINAL_SIZE, dynamic_ops,
+                                                      signature_dims)
 from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operand_path,
                                                     tileable_ops)
 from mlir_ansor.dialect_helpers.transform_builder import any_op
@@ -158,7 +159,7 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
     root through its operands, has the right name, loop kinds and extents. Bodies are not
     compared; a strategy only tiles and vectorizes, which is correct for any body."""
     dims = signature_dims(task_mlir)
-    ops = dynamic_ops(task_mlir, dims, {0: 97}) if dims else analyze_task(task_mlir)
+    ops = dynamic_ops(task_mlir, dims, {0: NOMINAL_SIZE}) if dims else analyze_task(task_mlir)
     root = ops[-1]
     for op in ops:
         h = target

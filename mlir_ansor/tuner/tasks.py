@@ -10,7 +10,7 @@ import numpy as np
 from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
-from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr, dynamic_ops
+from mlir_ansor.dialect_helpers.dynamic_sizes import NOMINAL_SIZE, SizeExpr, dynamic_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
 from mlir_ansor.sketch_passes.annotation import dynamic_peelable
@@ -143,11 +143,6 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
                     dynamic_dims=d.pattern.dynamic_dims if d.pattern else ())
         tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
     return tasks
-
-
-# The size a dynamic task's ops are read at before its samples are known (any size works:
-# its strategies do not depend on it).
-NOMINAL_SIZE = 97
 
 
 def nominal_sample(task: Task) -> dict[int, int]:
