@@ -9,7 +9,7 @@ import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate, peel_candidates, violations
 from mlir_ansor.sketch_passes.mutations import mutate_tile_size
-from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, Program, SplitStep
+from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, Program
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.features import FEATURE_NAMES, program_features

@@ -12,6 +12,7 @@ from iree.compiler import ir
 from mlir_ansor.dialect_helpers.dispatch import codegen_view, flow_dispatches
 from mlir_ansor.dialect_helpers.dynamic_sizes import NOMINAL_SIZE, SizeExpr, dynamic_ops
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
+from mlir_ansor.dialect_helpers.size_dispatch import untagged
 from mlir_ansor.errors import CompileError, UnsupportedDispatch
 from mlir_ansor.sketch_passes.annotation import dynamic_peelable
 from mlir_ansor.sketch_passes.iree_seed import Levels, iree_tile_levels
@@ -111,12 +112,19 @@ def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: floa
 
 def _keyed_dispatches(flow_text: str) -> list[tuple[str, object]]:
     """(content key, dispatch) per executable of a flow-level module, in program order."""
+    return [(k, d) for k, _, d in tagged_dispatches(flow_text)]
+
+
+def tagged_dispatches(flow_text: str) -> list[tuple[str, str, object]]:
+    """(content key, size-branch tag or "", dispatch) per executable of a flow-level
+    module, in program order. The key ignores the tag: a dispatch copied into the branches
+    of a size dispatcher (`size_dispatch`) is one task."""
     out = []
     with ir.Context() as ctx:
         module = ir.Module.parse(flow_text, ctx)
         for d in flow_dispatches(module):
-            text = d.pattern.task_mlir if d.pattern else d.name
-            out.append((hashlib.sha256(text.encode()).hexdigest()[:12], d))
+            text, tag = untagged(d.pattern.task_mlir) if d.pattern else (d.name, "")
+            out.append((hashlib.sha256(text.encode()).hexdigest()[:12], tag, d))
     return out
 
 

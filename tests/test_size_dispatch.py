@@ -1,0 +1,130 @@
+"""The size dispatcher of a dynamic model (issue 17): the decision per size
+(`tuner.size_plan`) and the tagged branches stock IREE compiles (`size_dispatch`)."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError, branch_by_size
+from mlir_ansor.sketch_passes.annotation import annotate
+from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.tuner.e2e import compile_model, save_inputs
+from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
+from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, cut_between, per_size_choice,
+                                        plan_sizes)
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source, tagged_dispatches
+
+
+class _P:
+    """A stand-in program: the plan only compares keys."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self):
+        return self.key
+
+
+A, B = _P("a"), _P("b")
+
+
+def test_each_size_keeps_the_winner_unless_another_is_clearly_faster():
+    times = SizeTimes({1: 1.0, 9: 2.0, 99: 10.0, 999: 100.0},
+                      ((A, {1: 0.5, 9: 1.0, 99: 9.0, 999: 140.0}),
+                       (B, {1: 0.52, 9: 1.5, 99: 7.0, 999: 120.0})), A)
+    got = per_size_choice(times, margin=1.03)
+    # 1: b is within the margin of the winner a; 99: b is clearly faster; 999: IREE's
+    # default beats both.
+    assert got == {1: A, 9: A, 99: B, 999: None}
+    # Without a winner over the whole range, the default stays unless beaten clearly.
+    times = SizeTimes({1: 1.0, 9: 2.0}, ((A, {1: 0.5, 9: 1.99}),), None)
+    assert per_size_choice(times, margin=1.03) == {1: A, 9: None}
+
+
+def test_cuts_fall_where_any_task_changes_its_choice():
+    cuts, per = plan_sizes({"t0": {1: A, 9: A, 99: B, 999: None},
+                            "t1": {1: A, 9: B, 99: B, 999: B}})
+    assert cuts == (3, 30, 315)  # ceil(sqrt(1*9)), ceil(sqrt(9*99)), ceil(sqrt(99*999))
+    assert per == {"t0": (A, A, B, None), "t1": (A, B, B, B)}
+    plan = SizePlan("rows", 0, 0, cuts, per)
+    assert plan.ranges(1, 1024) == [(1, 2), (3, 29), (30, 314), (315, 1024)]
+    assert [plan.branch_of(n) for n in (1, 2, 3, 29, 30, 1024, 5000)] == [0, 0, 1, 1, 2, 3, 3]
+    assert plan_sizes({"t0": {1: A, 9: A}}) == ((), {"t0": (A,)})
+    assert cut_between(1, 2) == 2 and cut_between(4, 5) == 5
+
+
+def test_bad_dispatch_requests_are_errors():
+    model = """func.func @main(%x: tensor<?x4xf32>, %y: tensor<3x4xf32>) -> tensor<?x4xf32> {
+      %c0 = arith.constant 0 : index
+      %d = tensor.dim %x, %c0 : tensor<?x4xf32>
+      %e = tensor.empty(%d) : tensor<?x4xf32>
+      %r = linalg.copy ins(%x : tensor<?x4xf32>) outs(%e : tensor<?x4xf32>) -> tensor<?x4xf32>
+      return %r : tensor<?x4xf32>
+    }"""
+    with pytest.raises(DispatcherError, match="no dynamic dim 1"):
+        branch_by_size(model, 0, 1, [8])
+    with pytest.raises(DispatcherError, match="no dynamic dim 0"):
+        branch_by_size(model, 1, 0, [8])
+    with pytest.raises(DispatcherError, match="not argument 5"):
+        branch_by_size(model, 5, 0, [8])
+    with pytest.raises(DispatcherError, match="increasing"):
+        branch_by_size(model, 0, 0, [8, 8])
+    with pytest.raises(DispatcherError, match="at least one"):
+        branch_by_size(model, 0, 0, [])
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.fc2 = torch.nn.Linear(96, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.fixture(scope="module")
+def dispatched(tools, tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("disp")
+    model = Mlp().eval()
+    rows = torch.export.Dim("rows", min=1, max=256)
+    (d / "m.mlir").write_text(import_model(model, (torch.randn(8, 64),), {"x": {0: rows}}))
+    tasks = extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 300))
+    (d / "b.mlir").write_text(branch_by_size((d / "m.mlir").read_text(), 0, 0, [8]))
+    seen = tagged_dispatches(flow_source(d / "b.mlir", "llvm-cpu", tools, 300))
+    return model, tasks, seen, d
+
+
+def test_branches_are_copies_of_the_same_tasks_with_their_tag(dispatched):
+    _, tasks, seen, _ = dispatched
+    # Every dispatch appears once per branch, with the key of the untagged task.
+    assert sorted((k, tag) for k, tag, _ in seen) == sorted(
+        (t.key, tag) for t in tasks for tag in ("b0", "b1"))
+
+
+def test_each_branch_runs_its_own_strategy_and_stays_correct(dispatched, tools):
+    model, tasks, seen, d = dispatched
+    cfg = MeasureConfig()
+    t = tasks[0]
+    rng = random.Random(1)
+    prog = annotate(t.ops, t.sketches[0], rng)
+    # Only branch 0's copy of the first task gets a strategy (the tag in its pattern).
+    pattern = next(d_.pattern.task_mlir for k, tag, d_ in seen if k == t.key and tag == "b0")
+    assert 'ansor_kernel = "b0"' in pattern
+    lib = d / "lib.mlir"
+    lib.write_text(library_text([TunedEntry(f"{t.task_id}_b0", pattern, t.ops, prog)]))
+    applied = compile_model(tools, d / "b.mlir", d / "b.vmfb", cfg, lib)
+    assert applied == {strategy_name(f"{t.task_id}_b0")}
+    # The untagged task's pattern matches no tagged copy: every copy needs its own.
+    lib.write_text(library_text([TunedEntry(t.task_id, t.task_mlir, t.ops, prog)]))
+    assert compile_model(tools, d / "b.mlir", d / "u.vmfb", cfg, lib) == set()
+    for rows in (1, 7, 8, 37):  # both branches, and both sides of the cut
+        x = torch.randn(rows, 64)
+        paths = save_inputs((x,), d / f"in{rows}")
+        outs, why = run_outputs(tools, d / "b.vmfb", paths, 1, d / f"out{rows}", cfg)
+        assert outs is not None, why
+        want = model(x).detach().numpy()
+        np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-4)
