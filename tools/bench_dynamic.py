@@ -8,7 +8,8 @@ sizes of the range, timed side by side (interleaved rounds, lower quartile).
 Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024). Every module's
 outputs are checked against torch at every size before it is timed; a mismatch prints
 FAILED and stops. Prints the per-size table (size, torch, IREE default, tuned, speedups),
-the geometric means, the tuning time and the module sizes. Not yet here (issue 17): per-size
+the geometric means, the tuning time and the module sizes; with a size dispatcher, which
+branch each size takes and what each task runs there. Not yet here (issue 17): per-size
 static tuning and static bucketing as further columns.
 """
 from __future__ import annotations
@@ -47,6 +48,24 @@ def mlp():
 
 
 WORKLOADS = {"mlp": mlp}
+
+
+def kernels_at(run_dir: Path):
+    """Size -> what the tuned module runs there, per task: its strategy (the program key)
+    or IREE's default; from the run's report (the size dispatcher) and library."""
+    report = json.loads((run_dir / "report.json").read_text())
+    ids = {t["key"]: t["task_id"] for t in json.loads((run_dir / "tasks.json").read_text())}
+    plan = next(iter(report["e2e"].values())).get("size_dispatcher")
+    if plan is None:
+        one = ", ".join(t["task"] for t in report["tasks"] if t["status"] == "tuned")
+        text = f"one kernel each: {one}" if one else "IREE default"
+        return lambda n: text
+
+    def runs(n: int) -> str:
+        b = sum(1 for c in plan["cuts"] if n >= c)
+        return f"b{b}: " + ", ".join(f"{ids.get(k, k)} {(p or 'IREE')[:6]}"
+                                     for k, p in plan["choices"].items() for p in [p[b]])
+    return runs
 
 
 def main() -> int:
@@ -107,11 +126,13 @@ def main() -> int:
         rows.append((n, {k: lower_quartile(v) for k, v in times.items()}))
     print(f"{args.workload}, dynamic {spec}: latency ms (lower quartile of "
           f"{args.rounds} interleaved rounds), outputs checked against torch at every size")
-    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} {'tuned':>9} {'vs IREE':>8} {'vs torch':>8}")
+    runs = kernels_at(run_dir)
+    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} {'tuned':>9} {'vs IREE':>8} {'vs torch':>8}"
+          "  tuned runs")
     for n, t in rows:
         print(f"{n:>6} {t['torch eager'] * 1e3:9.3f} {t['IREE default'] * 1e3:9.3f} "
               f"{t['tuned'] * 1e3:9.3f} {t['IREE default'] / t['tuned']:7.2f}x "
-              f"{t['torch eager'] / t['tuned']:7.2f}x")
+              f"{t['torch eager'] / t['tuned']:7.2f}x  {runs(n)}")
 
     def geo(a: str) -> float:
         return math.exp(sum(math.log(t[a] / t["tuned"]) for _, t in rows) / len(rows))

@@ -134,6 +134,22 @@ def task_inputs(task: Task, seed: int, sample: SizeSample | None = None) -> list
 
 
 @dataclass(frozen=True)
+class Remeasured:
+    """Re-timed side by side: IREE's default and each program (None: failed now), and for
+    a dynamic task the same per size sample (label -> median s)."""
+
+    default_s: float
+    tuned: list[float | None]
+    default_at: dict[str, float]
+    tuned_at: list[dict[str, float]]
+
+
+def _medians(runs: Sequence[dict[str, float]]) -> dict[str, float]:
+    labels = runs[0].keys() if runs else ()
+    return {k: statistics.median(r[k] for r in runs) for k in labels}
+
+
+@dataclass(frozen=True)
 class Point:
     """Where a task is measured: one set of inputs (a static task has one; a dynamic task
     one per size sample) with its expected outputs. A candidate's latency is the weighted
@@ -241,11 +257,11 @@ class TaskMeasurer:
 
     def time_default(self) -> float | None:
         """IREE's default build, timed by the same runner as the candidates. Its first
-        timing at each size sample is what a dynamic task's sizes are weighed by (`_mean`)."""
+        timing at each size sample is what a dynamic task's sizes are weighed by (`weighted_latency`)."""
         latency, by = self.timed(self.default_vmfb)
         if latency is not None and not self.default_at and any(by):
             self.default_at = dict(by)
-            latency = self._mean(by)
+            latency = self.weighted_latency(by)
         return latency
 
     def timed(self, artifact: Path) -> tuple[float | None, dict[str, float]]:
@@ -257,9 +273,9 @@ class TaskMeasurer:
             if res.latency_s is None:
                 return None, by
             by[pt.label] = res.latency_s
-        return self._mean(by), by
+        return self.weighted_latency(by), by
 
-    def _mean(self, by: dict[str, float]) -> float:
+    def weighted_latency(self, by: dict[str, float]) -> float:
         """A dynamic task's latency: each size sample counts by its weight in time relative
         to IREE's default there (a plain mean would be the largest sizes' alone), scaled
         back to seconds by the default's mean (so the default's own is its mean)."""
@@ -298,13 +314,12 @@ class TaskMeasurer:
         return RunInput(artifact, point.inputs, point.reference if validate else (),
                         point.magnitude if validate else (), time, slow_cutoff_s)
 
-    def remeasure(self, programs: Sequence[Program],
-                  rounds: int = 4) -> tuple[float, list[float | None]] | None:
+    def remeasure(self, programs: Sequence[Program], rounds: int = 4) -> Remeasured | None:
         """Build and validate `programs` again, then re-time the default and them in
         interleaved rounds (a noisy machine drifts between measurements taken minutes
-        apart; records of another machine or IREE version were never run here). Returns
-        the default's median and each program's median (None where it failed now); None if
-        the default failed."""
+        apart; records of another machine or IREE version were never run here). Medians
+        of the default and of each program (None where it failed now), also per size
+        sample of a dynamic task; None if the default failed."""
         base = self.dir / "best"
         shutil.rmtree(base, ignore_errors=True)
         built = self.build(programs, [base / f"c{i}" for i in range(len(programs))])
@@ -314,24 +329,33 @@ class TaskMeasurer:
             vmfbs.append(b.artifact if ok else None)
         t_def: list[float] = []
         t_new: list[list[float]] = [[] for _ in programs]
+        at_def: list[dict[str, float]] = []
+        at_new: list[list[dict[str, float]]] = [[] for _ in programs]
         for r in range(rounds):
             order = [-1, *range(len(vmfbs))]  # -1: the default
             for i in (order if r % 2 == 0 else order[::-1]):  # alternating: drift cancels
                 if i < 0:
-                    a = self.time_default()
+                    if not self.default_at:
+                        self.time_default()  # sets the sizes' weights (see weighted_latency)
+                    a, by = self.timed(self.default_vmfb)
                     if a is None:
                         return None
                     t_def.append(a)
+                    at_def.append(by)
                     continue
                 if vmfbs[i] is None:
                     continue
-                latency, _ = self.timed(vmfbs[i])
+                latency, by = self.timed(vmfbs[i])
                 if latency is None:
                     vmfbs[i] = None
                 else:
                     t_new[i].append(latency)
-        return statistics.median(t_def), [statistics.median(t) if v and t else None
-                                          for v, t in zip(vmfbs, t_new)]
+                    at_new[i].append(by)
+        ok = [bool(v and t) for v, t in zip(vmfbs, t_new)]
+        return Remeasured(statistics.median(t_def),
+                          [statistics.median(t) if k else None for k, t in zip(ok, t_new)],
+                          _medians(at_def),
+                          [_medians(a) if k else {} for k, a in zip(ok, at_new)])
 
     def measure(self, programs: Sequence[Program]) -> list[rec.Record]:
         return list(self.measure_iter(programs))
@@ -348,7 +372,7 @@ class TaskMeasurer:
             if status == Status.OK:
                 with self.clock.timing("measure"):
                     status, err, samples, by = self._measure_built(b.artifact)
-            latency = (self._mean(by) if by else statistics.median(samples)) \
+            latency = (self.weighted_latency(by) if by else statistics.median(samples)) \
                 if status == Status.OK else None
             if latency is not None:
                 self.best_s = latency if self.best_s is None else min(self.best_s, latency)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
+from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, retag
 from mlir_ansor.dynamic import size_sets
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
@@ -20,8 +21,9 @@ from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, model_
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
+from mlir_ansor.tuner.size_plan import SizePlan, SizeTimes, per_size_choice, plan_sizes
 from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
-from mlir_ansor.tuner.tasks import dispatch_keys
+from mlir_ansor.tuner.tasks import tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
 
 T = TypeVar("T")
@@ -46,9 +48,12 @@ def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> 
     return cands[0] if cands else None
 
 
-def retime_best(state: RunState) -> dict[str, tuple[float, float, object]]:
-    """Task key -> (default s, best s, best program) re-measured side by side."""
-    out = {}
+def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]],
+                                           dict[str, SizeTimes]]:
+    """Task key -> (default s, best s, best program) re-measured side by side; and for a
+    dynamic task, the default and every candidate at each size sample (the dispatcher's
+    choice)."""
+    out, at = {}, {}
     here = [r for r in state.records if state.context.holds(r)]
     elsewhere = [r for r in state.records if not state.context.holds(r)]
     for t in state.tunable:
@@ -59,36 +64,121 @@ def retime_best(state: RunState) -> dict[str, tuple[float, float, object]]:
         res = state.measurers[t.key].remeasure(top) if top else None
         if res is None:
             continue
-        default_s, tuned = res
-        ok = [(s, p) for s, p in zip(tuned, top) if s is not None]
+        ok = [(s, p) for s, p in zip(res.tuned, top) if s is not None]
         if ok:
             best_s, prog = min(ok, key=lambda x: x[0])
-            out[t.key] = (default_s, best_s, prog)
-    return out
+            out[t.key] = (res.default_s, best_s, prog)
+            if t.dynamic and res.default_at:
+                won = res.default_s > best_s * state.opts.min_speedup
+                at[t.key] = SizeTimes(
+                    _by_size(res.default_at),
+                    tuple((p, _by_size(a)) for p, a in zip(top, res.tuned_at) if a),
+                    prog if won else None)
+    return out, at
+
+
+def _by_size(at: dict[str, float]) -> dict[int, float]:
+    """Per sample label -> per size, for a model with one dynamic symbol (whose labels are
+    its sizes); empty otherwise."""
+    try:
+        return {int(label): s for label, s in at.items()}
+    except ValueError:
+        return {}
+
+
+def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
+               ) -> tuple[SizePlan | None, str]:
+    """The size dispatcher of a model (None: one kernel per task serves every size) and
+    why there is none."""
+    if m.dynamic is None:
+        return None, ""
+    symbols = m.dynamic.symbols
+    if len(symbols) != 1:
+        return None, (f"no size dispatcher: {len(symbols)} dynamic symbols (one kernel per "
+                      "task serves all sizes)")
+    keys = state.forms[m.name].plain_keys
+    choices = {k: per_size_choice(v, state.opts.min_speedup) for k, v in at.items()
+               if k in keys and v.default_at}
+    if not choices:
+        return None, ""
+    cuts, per = plan_sizes(choices)
+    if not cuts:
+        return None, ""
+    spec = next(i for i, d in enumerate(m.dynamic.dims) if d.symbol == symbols[0])
+    return SizePlan(symbols[0], m.dynamic.positions[spec], m.dynamic.dims[spec].dim, cuts,
+                    per), ""
+
+
+def planned_latency(state: RunState, key: str, plan: SizePlan, times: SizeTimes) -> float:
+    """A task's latency with the dispatcher: at each size sample, the time of what its
+    branch runs there, weighed as the search weighed the samples."""
+    at = {}
+    for size, d in times.default_at.items():
+        prog = plan.choices[key][plan.branch_of(size)]
+        at[str(size)] = d if prog is None else next(a[size] for p, a in times.candidates
+                                                     if p == prog)
+    return state.measurers[key].weighted_latency(at)
 
 
 class _Export:
     """The library and model forms being handed back, revised per model as strategies
     that break it drop out (a strategy that fails in one model may serve another)."""
 
-    def __init__(self, state: RunState, timed: dict, winners: dict[str, object]):
-        self.state, self.timed, self.winners = state, timed, winners
+    def __init__(self, state: RunState, timed: dict, winners: dict[str, object],
+                 plans: dict[str, SizePlan]):
+        self.state, self.timed, self.winners, self.plans = state, timed, winners, plans
         # Sites are chosen on what would run if every winner kept its strategy.
         runs_s = what_runs(timed, winners, state.defaults)
         self.sites = {name: tuple(choose_sites(f.alternatives, runs_s, state.opts.min_speedup))
                       for name, f in state.forms.items()}
         self.present: dict[str, frozenset[str]] = {}
+        # Per dispatched model, (task key, branch tag or "", the dispatch's pattern) of
+        # every dispatch.
+        self.tagged: dict[str, list[tuple[str, str, str]]] = {}
         for m in state.models:
             self.write_model(m)
         self.entries: list[TunedEntry] = []
         self.entry_key: dict[str, str] = {}  # task id -> task key
         for t in state.tunable:
-            if t.key in winners and any(t.key in keys for keys in self.present.values()):
-                self.entries.append(TunedEntry(t.task_id, t.task_mlir, t.ops, winners[t.key],
-                                               t.view_mlir))
-                self.entry_key[t.task_id] = t.key
+            if t.key in winners and any(t.key in self.untagged(m.name) for m in state.models):
+                self._add(TunedEntry(t.task_id, t.task_mlir, t.ops, winners[t.key],
+                                     t.view_mlir), t.key)
+            for tag, pattern, prog in self._branch_programs(t):
+                view = ("" if not t.view_mlir else pattern if t.view_mlir == t.task_mlir
+                        else retag(t.view_mlir, pattern))
+                self._add(TunedEntry(f"{t.task_id}_{tag}", pattern, t.ops, prog, view), t.key)
         self.excluded: dict[str, set[str]] = {m.name: set() for m in state.models}
         self.dropped: dict[str, str] = {}  # task id -> why
+
+    def untagged(self, name: str) -> set[str]:
+        """Task keys of a model's dispatches outside any size branch."""
+        if name not in self.tagged:
+            return set(self.present[name])
+        return {k for k, tag, _ in self.tagged[name] if not tag}
+
+    def _add(self, entry: TunedEntry, key: str) -> None:
+        if entry.task_id not in self.entry_key:
+            self.entries.append(entry)
+            self.entry_key[entry.task_id] = key
+
+    def _branch_programs(self, t) -> list[tuple[str, str, object]]:
+        """(tag, tagged pattern, program) of each branch copy of task `t` in the dispatched
+        models that runs a program of ours (a branch left to IREE's default has none)."""
+        out = []
+        for name, seen in self.tagged.items():
+            plan = self.plans[name]
+            for key, tag, pattern in seen:
+                if key != t.key or not tag or not pattern:
+                    continue
+                i = int(tag.removeprefix("b"))
+                prog = plan.choices[key][i] if key in plan.choices else self.winners.get(key)
+                if prog is not None:
+                    out.append((tag, pattern, prog))
+        return out
+
+    def rewritten(self, name: str) -> bool:
+        """Whether the tuned form of the model differs from the imported one."""
+        return self.layout(name).changed or name in self.plans
 
     def layout(self, name: str) -> ModelLayout:
         return ModelLayout(self.state.forms[name].channels_last, self.sites[name])
@@ -97,9 +187,17 @@ class _Export:
         st = self.state
         path = m.dir / "model_tuned.mlir"
         text = self.layout(m.name).apply((m.dir / "model.mlir").read_text())
-        self.present[m.name] = frozenset(
-            dispatch_keys(model_flow(text, path, st.opts.target, st.tools, 600))
-            if self.sites[m.name] else st.forms[m.name].plain_keys)
+        plan = self.plans.get(m.name)
+        if plan is not None:
+            text = branch_by_size(text, plan.arg, plan.dim, plan.cuts)
+        if self.sites[m.name] or plan is not None:
+            seen = tagged_dispatches(model_flow(text, path, st.opts.target, st.tools, 600))
+            self.present[m.name] = frozenset(k for k, _, _ in seen)
+            if plan is not None:
+                self.tagged[m.name] = [(k, tag, d.pattern.task_mlir if d.pattern else "")
+                                       for k, tag, d in seen]
+        else:
+            self.present[m.name] = st.forms[m.name].plain_keys
         path.write_text(text)
         save_layout(m.dir / "layout.json", self.layout(m.name))
 
@@ -141,7 +239,14 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
     probe_dir = m.dir / "e2e" / "bisect"
     checks = []
     if m.dynamic is not None:
-        for i, sizes in enumerate(size_sets(m.dynamic)):
+        sets = size_sets(m.dynamic)
+        plan = ex.plans.get(m.name)
+        if plan is not None:  # every branch is checked, at both of its ends
+            lo, hi = m.dynamic.range_of(plan.symbol)
+            have = {s[plan.symbol] for s in sets}
+            ends = {x for r in plan.ranges(lo, hi) for x in r} - have
+            sets += [{plan.symbol: x} for x in sorted(ends)]
+        for i, sizes in enumerate(sets):
             label = ", ".join(f"{s}={v}" for s, v in sizes.items())
             checks.append((label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))
     for _ in range(len(ex.entries) + 1):  # every failed try drops at least one strategy
@@ -151,7 +256,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
             return end_to_end(tools, m.model, m.inputs, m.dir / "model.mlir", library,
                               m.dir / "e2e", cfg, [strategy_name(e.task_id) for e in mine],
                               tuned_mlir=(m.dir / "model_tuned.mlir"
-                                          if ex.layout(m.name).changed else None),
+                                          if ex.rewritten(m.name) else None),
                               prebuilt_default=prebuilt, checks=checks)
         except DefaultModuleError:
             raise  # IREE's own module: nothing of ours to drop
@@ -199,11 +304,20 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
 
 def hand_back(state: RunState) -> RunState:
     opts = state.opts
-    best = retime_best(state)
+    best, at = retime_best(state)
     timed = {k: (d, b) for k, (d, b, _) in best.items()}
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
-    ex = _Export(state, timed, winners)
+    plans: dict[str, SizePlan] = {}
+    for m in state.models:
+        plan, why = plan_model(state, m, at)
+        if why:
+            state.report(Note(f"{m.name}: {why}"))
+        if plan is not None:
+            plans[m.name] = plan
+            for key, progs in plan.choices.items():  # what the branches run, weighed
+                timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
+    ex = _Export(state, timed, winners, plans)
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
     wins = {}
     flags = target_flags(opts.target)
@@ -228,5 +342,6 @@ def hand_back(state: RunState) -> RunState:
     elif state.single and (state.models[0].dir / LIBRARY).exists():
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
-                  dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins)
+                  dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
+                  dict(plans))
     return replace(state, handback=hb)

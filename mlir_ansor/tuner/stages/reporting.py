@@ -12,6 +12,7 @@ from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
 from mlir_ansor.tuner.reporters import Reported
+from mlir_ansor.tuner.size_plan import describe
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.wall_time import PARTS
@@ -43,7 +44,7 @@ def roofline(flops: int, seconds: float | None, peak: float | None) -> tuple[str
 
 def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], list[list], dict]:
     hb = state.handback
-    tuned_ids = set(hb.entry_key)
+    tuned_keys = set(hb.entry_key.values())
     in_model = set().union(*hb.present.values())
     runs_s = hb.runs_s(state.defaults)
     kept = {t.key: runs_s(t.key) for t in state.tasks}
@@ -56,8 +57,11 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
         d, b = hb.timed.get(t.key, (state.defaults.get(t.key), None))
         mine = [r for r in state.records if r.task_key == t.key]
         fails[t.task_id] = failures(mine)
-        status = "tuned" if t.task_id in tuned_ids else (
-            hb.dropped.get(t.task_id) or t.skip_reason or "default kept")
+        # (A dispatched model's task has one entry per branch: `t3_b0`, `t3_b1`, ...)
+        dropped = hb.dropped.get(t.task_id) or next(
+            (why for i, why in hb.dropped.items() if i.startswith(f"{t.task_id}_b")), "")
+        status = "tuned" if t.key in tuned_keys else (dropped or t.skip_reason
+                                                      or "default kept")
         if t.key not in in_model:
             status = (f"packed {t.layout_of}: not used" if t.layout_of
                       else "replaced by a packed layout")
@@ -129,18 +133,38 @@ def dynamic_parts(state: RunState) -> list[str]:
             continue
         best = min(ok, key=lambda r: r.latency_s)
         prog = best.to_program()
-        root = prog.sketch.root or prog.sketch.anchor
-        kernel = ", ".join(f"loop {l}: workgroups of {s.lengths[0]}x{s.lengths[-1]} rows, "
-                           f"kernels of {s.lengths[-1]} rows" for l in sorted(prog.peeled(root))
-                           for s in [prog.split(root, l)])
+        kernel = micro_kernel(prog)
         rows = [[label, fmt_ms(sec)] for label, sec in sorted(
             best.by_size.items(), key=lambda kv: [int(x) for x in kv[0].split(",")])]
-        parts.append(f"Dynamic task {t.task_id} ({t.name[:40]}): one micro-kernel for every "
-                     f"size ({prog.sketch.name}; {kernel or 'rows of one'}); its time at the "
+        parts.append(f"Dynamic task {t.task_id} ({t.name[:40]}): its best single micro-kernel "
+                     f"({prog.sketch.name}; {kernel or 'rows of one'}); its time at the "
                      f"size samples (mean {fmt_ms(best.latency_s)} ms, IREE's default "
                      f"{fmt_ms(state.defaults.get(t.key))} ms):\n"
                      + table(["size", "best ms"], rows))
+    hb = state.handback
+    names = {t.key: t.task_id for t in state.tasks}
+    for m in state.models:
+        plan = hb.plans.get(m.name)
+        if plan is None:
+            continue
+        lo, hi = m.dynamic.range_of(plan.symbol)
+        kernels = {p.key: f"{p.sketch.name}; {micro_kernel(p) or 'rows of one'}"
+                   for progs in plan.choices.values() for p in progs if p is not None}
+        parts.append(f"Size dispatcher of {m.name} (on {plan.symbol}: argument {plan.arg}, "
+                     f"dim {plan.dim}; cuts at {', '.join(map(str, plan.cuts))}; one tagged "
+                     "copy of the model's dynamic work per range, model_tuned.mlir"
+                     + ("" if hb.wins[m.name] else "; not handed back: the tuned module "
+                        "lost end to end") + "):\n"
+                     + table(["task", "sizes", "runs"], describe(plan, lo, hi, names, kernels)))
     return parts
+
+
+def micro_kernel(prog) -> str:
+    """How a dynamic loop is cut: workgroups of k*c rows, kernels of c rows."""
+    root = prog.sketch.root or prog.sketch.anchor
+    return ", ".join(f"loop {l}: workgroups of {s.lengths[0]}x{s.lengths[-1]} rows, "
+                     f"kernels of {s.lengths[-1]} rows" for l in sorted(prog.peeled(root))
+                     for s in [prog.split(root, l)])
 
 
 def e2e_parts(state: RunState) -> list[str]:
@@ -171,6 +195,15 @@ def e2e_parts(state: RunState) -> list[str]:
                          "handed back):\n" + table(["size", "torch ms", "IREE default ms",
                                                     "tuned ms", "vs IREE", "vs torch"], srows))
     return parts
+
+
+def _plan_json(plan) -> dict | None:
+    if plan is None:
+        return None
+    return {"symbol": plan.symbol, "argument": plan.arg, "dim": plan.dim,
+            "cuts": list(plan.cuts),
+            "choices": {k: [p.key if p is not None else None for p in progs]
+                        for k, progs in plan.choices.items()}}
 
 
 def write_report(state: RunState) -> RunState:
@@ -217,7 +250,8 @@ def write_report(state: RunState) -> RunState:
                                      for r in e.by_size],
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
-                         "handed_back": "tuned" if hb.wins[m.name] else "default"}
+                         "handed_back": "tuned" if hb.wins[m.name] else "default",
+                         "size_dispatcher": _plan_json(hb.plans.get(m.name))}
                 for m in state.models for e in [hb.e2e[m.name]]}}, indent=2))
     state.report(Reported(summary, out))
     return replace(state, summary=summary)

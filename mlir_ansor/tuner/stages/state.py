@@ -13,6 +13,7 @@ from mlir_ansor.tuner.layouts import ActivationChoice, Alternative, ModelLayout
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
 from mlir_ansor.tuner.reporters import Reporter
+from mlir_ansor.tuner.size_plan import SizePlan
 from mlir_ansor.tuner.tasks import Task
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.tuner.wall_time import WallTime
@@ -67,6 +68,8 @@ class HandBack:
     e2e: Mapping[str, EndToEnd]
     dropped: Mapping[str, str]  # task id -> why its strategy was taken out
     wins: Mapping[str, bool]  # model -> the tuned module is the one handed back
+    # model -> the size dispatcher its tuned form was built and checked with
+    plans: Mapping[str, SizePlan] = field(default_factory=dict)
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
