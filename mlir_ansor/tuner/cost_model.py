@@ -27,8 +27,10 @@ import xgboost as xgb
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.errors import UsageError
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.tuner.adapt import adaptation, size_scales
 from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
 from mlir_ansor.tuner.records import Record
+from mlir_ansor.tuner.tasks import middle_sample
 
 # A saved model is only valid for the feature columns it was trained on.
 FEATURE_SCHEMA = "1-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
@@ -36,10 +38,20 @@ _SCHEMA_ATTR, _TARGET_ATTR = "mlir_ansor_feature_schema", "mlir_ansor_target"
 
 
 class Workload(Protocol):
-    """What the model needs of a task: a key (programs are unique within it) and its ops."""
+    """What the model needs of a task: a key (programs are unique within it) and its ops
+    (a dynamic task's at its nominal size; `size_scales` then gives the size samples)."""
 
     key: str
     ops: Sequence[OpInfo]
+
+
+def size_scales_of(task: Workload) -> tuple[tuple[float, float], ...]:
+    """A dynamic task's size samples as (scale against the nominal size, weight); () for a
+    static one (or a workload without samples)."""
+    samples = getattr(task, "samples", ())
+    if not samples or not getattr(task, "dynamic", False):
+        return ()
+    return size_scales(samples, middle_sample(samples))
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,7 @@ class CostModel:
         self.tasks: dict[str, Workload] = {}
         self.rng = np.random.default_rng(cfg.seed)
         self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._adapt: dict[tuple[str, str], float] = {}
         self._fitted_on = -1  # results (of known tasks) at the last fit; -1 = never fit
         self.train_s = 0.0  # wall time spent fitting (the report's "train")
 
@@ -136,6 +149,15 @@ class CostModel:
             f = program_features(task.ops, program)
             self._cache[key] = f
         return f
+
+    def adaptation(self, task: Workload, program: Program) -> float:
+        """DietCode's f_adapt of the program over the task's size samples (1.0 static)."""
+        key = (task.key, program.key)
+        a = self._adapt.get(key)
+        if a is None:
+            a = adaptation(task.ops, program, size_scales_of(task))
+            self._adapt[key] = a
+        return a
 
     @property
     def trained(self) -> bool:
@@ -189,8 +211,14 @@ class CostModel:
         samples: list[tuple[Workload, Program]] = []
         labels: list[np.ndarray] = []
         for key, recs in by_task.items():
-            samples += [(self.tasks[key], r.to_program()) for r in recs]
-            labels.append(normalized_throughputs(recs))
+            task = self.tasks[key]
+            progs = [r.to_program() for r in recs]
+            samples += [(task, p) for p in progs]
+            y = normalized_throughputs(recs)
+            if size_scales_of(task):  # learn f_MK: the sizes' part is f_adapt's
+                y = y / np.array([self.adaptation(task, p) for p in progs])
+                y = y / (y.max() or 1.0)
+            labels.append(y)
         self.fit(samples, np.concatenate(labels) if labels else np.zeros(0))
         self._fitted_on = sum(len(v) for v in by_task.values())
         self.train_s += time.monotonic() - start
@@ -210,7 +238,10 @@ class CostModel:
             return self.rng.random(len(programs))
         packed = _Packed([self.features(task, p) for p in programs])
         rows = booster.predict(xgb.DMatrix(packed.x))
-        return packed.sums(rows)
+        scores = packed.sums(rows)
+        if size_scales_of(task):  # f_MK x f_adapt
+            scores = scores * np.array([self.adaptation(task, p) for p in programs])
+        return scores
 
     def save(self, path: Path, target: str) -> None:
         """The model as XGBoost JSON, marked with the feature schema and the target."""

@@ -157,10 +157,11 @@ def nominal_sample(task: Task) -> dict[int, int]:
     """Ordinal -> size the analysis reads a dynamic task at: its middle sample."""
     if not task.samples:
         return {k: NOMINAL_SIZE for k in range(len(task.ordinal_exprs))}
-    return task.ordinal_sizes(_middle(task.samples))
+    return task.ordinal_sizes(middle_sample(task.samples))
 
 
-def _middle(samples: tuple[SizeSample, ...]) -> SizeSample:
+def middle_sample(samples: tuple[SizeSample, ...]) -> SizeSample:
+    """The sample a dynamic task's analysis reads its ops at (the nominal size)."""
     by_size = sorted(samples, key=lambda s: [n for _, n in s.sizes])
     return by_size[len(by_size) // 2]
 
