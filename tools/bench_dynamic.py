@@ -3,14 +3,16 @@ the handed-back module against IREE's default dynamic module and torch eager at 
 sizes of the range, timed side by side (interleaved rounds, lower quartile).
 
   python tools/bench_dynamic.py mlp --trials 64
+  python tools/bench_dynamic.py bert --trials 96
   python tools/bench_dynamic.py mlp --tuned bench_out/dynamic/mlp/run   # reuse a run
 
-Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024). Every module's
-outputs are checked against torch at every size before it is timed; a mismatch prints
-FAILED and stops. Prints the per-size table (size, torch, IREE default, tuned, speedups),
-the geometric means, the tuning time and the module sizes; with a size dispatcher, which
-branch each size takes and what each task runs there. Not yet here (issue 17): per-size
-static tuning and static bucketing as further columns.
+Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024), `bert` (a
+BERT-base encoder layer, batch 1, sequence 1..512; attention's reductions over the sequence keep
+IREE's default). Every module's outputs are checked against torch at every size before it is
+timed; a mismatch prints FAILED and stops. Prints the per-size table (size, torch, IREE
+default, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
+size dispatcher, which branch each size takes and what each task runs there. Not yet here
+(issue 17): per-size static tuning and static bucketing as further columns.
 """
 from __future__ import annotations
 
@@ -47,7 +49,14 @@ def mlp():
     return Mlp().eval(), (torch.randn(8, 768),), "x:0=1..1024"
 
 
-WORKLOADS = {"mlp": mlp}
+def bert():
+    from mlir_ansor.examples import bert_layer
+
+    model, inputs = bert_layer()  # batch 1, sequence 128 as the example
+    return model, inputs, "x:1=1..512"
+
+
+WORKLOADS = {"mlp": mlp, "bert": bert}
 
 
 def kernels_at(run_dir: Path):
@@ -104,9 +113,12 @@ def main() -> int:
             return 1
         vmfbs[label] = vmfb
     lo, hi = (int(v) for v in spec.split("=")[1].split(".."))
+    dim = int(spec.split(":")[1].split("=")[0])
     rows = []
     for n in check_sizes(lo, hi):
-        x = torch.randn(n, *inputs[0].shape[1:], generator=torch.Generator().manual_seed(n))
+        shape = list(inputs[0].shape)
+        shape[dim] = n
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(n))
         d = out / f"size{n}"
         d.mkdir(exist_ok=True)
         np.save(d / "in0.npy", x.numpy())
