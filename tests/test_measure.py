@@ -235,3 +235,13 @@ def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
     finally:
         mm_measurer.points[0] = saved
     assert times == [None, None]
+
+
+def test_interleaved_rounds_alternate_the_order():
+    from mlir_ansor.tuner.e2e import interleaved
+
+    calls = []
+    t = interleaved({"a": lambda: calls.append("a") or [1.0],
+                     "b": lambda: calls.append("b") or [2.0, 3.0]}, 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert t == {"a": [1.0] * 3, "b": [2.0, 3.0] * 3}

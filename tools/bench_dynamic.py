@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,8 @@ import torch
 
 from mlir_ansor.api import tune
 from mlir_ansor.dynamic import check_sizes
-from mlir_ansor.tuner.e2e import compile_model, module_times, torch_reference, torch_times
+from mlir_ansor.tuner.e2e import (compile_model, interleaved, module_times, torch_reference,
+                                  torch_times)
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile, run_outputs
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.tuner.validation import outputs_match
@@ -129,12 +131,10 @@ def main() -> int:
             if bad:
                 print(f"FAILED: {label} at size {n}: {bad}")
                 return 1
-        times: dict[str, list[float]] = {k: [] for k in ("torch eager", *vmfbs)}
-        for r in range(args.rounds):
-            order = list(times) if r % 2 == 0 else list(times)[::-1]
-            for label in order:
-                times[label] += (torch_times(model, (x,), cfg) if label == "torch eager" else
-                                 module_times(tools, vmfbs[label], [d / "in0.npy"], cfg))
+        timers = {"torch eager": lambda: torch_times(model, (x,), cfg)}
+        timers.update({label: partial(module_times, tools, vmfb, [d / "in0.npy"], cfg)
+                       for label, vmfb in vmfbs.items()})
+        times = interleaved(timers, args.rounds)
         rows.append((n, {k: lower_quartile(v) for k, v in times.items()}))
     print(f"{args.workload}, dynamic {spec}: latency ms (lower quartile of "
           f"{args.rounds} interleaved rounds), outputs checked against torch at every size")

@@ -7,7 +7,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -159,6 +159,18 @@ def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
     return times
 
 
+def interleaved(timers: Mapping[str, Callable[[], list[float]]],
+                rounds: int) -> dict[str, list[float]]:
+    """Each timer's pooled times over `rounds` rounds, all timers in every round, the order
+    alternating between rounds (a noisy machine's drift hits all alike)."""
+    times: dict[str, list[float]] = {k: [] for k in timers}
+    order = list(timers)
+    for r in range(rounds):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            times[k] += timers[k]()
+    return times
+
+
 def module_times(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
                  cfg: MeasureConfig) -> list[float]:
     """The timed repetitions of one `benchmark` run of a whole model."""
@@ -235,29 +247,21 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         differs = differs or (f"at {label}: {why}" if why else "")
         if not same:
             max_err = max(max_err, check_outputs(tools, tuned_vmfb, paths, r, mg, d, cfg))
-    t_torch: list[float] = []
-    t_def: list[float] = []
-    t_tuned: list[float] = []
-    timed = [(default_vmfb, t_def)] + ([] if same else [(tuned_vmfb, t_tuned)])
-    for i in range(rounds):  # interleaved, order alternating: drift hits all alike
-        for vmfb, times in (timed if i % 2 == 0 else timed[::-1]):
-            times += module_times(tools, vmfb, in_paths, cfg)
-        t_torch += torch_times(model, inputs, cfg)
-    if same:
-        t_tuned = t_def  # nothing was tuned: the tuned module is the default one
+    def timers(xs: tuple, paths: Sequence[Path]) -> dict[str, Callable[[], list[float]]]:
+        out = {"torch": lambda: torch_times(model, xs, cfg),
+               "default": lambda: module_times(tools, default_vmfb, paths, cfg)}
+        if not same:  # else the tuned module is the default one
+            out["tuned"] = lambda: module_times(tools, tuned_vmfb, paths, cfg)
+        return out
+
+    t = interleaved(timers(inputs, in_paths), rounds)
     by_size = []
     for (label, xs), paths in zip(checks, check_paths):
         # Every size of a dynamic model counts (the example is one size of many).
-        tt: list[float] = []
-        td: list[float] = []
-        tu: list[float] = []
-        pair = [(default_vmfb, td)] + ([] if same else [(tuned_vmfb, tu)])
-        for i in range(SIZE_ROUNDS):
-            for vmfb, times in (pair if i % 2 == 0 else pair[::-1]):
-                times += module_times(tools, vmfb, paths, cfg)
-            tt += torch_times(model, xs, cfg)
-        by_size.append((label, lower_quartile(tt), lower_quartile(td),
-                        lower_quartile(tu if not same else td)))
-    return EndToEnd(lower_quartile(t_torch), lower_quartile(t_def),
-                    lower_quartile(t_tuned), tuple(sorted(applied)), max_err,
+        ts = interleaved(timers(xs, paths), SIZE_ROUNDS)
+        by_size.append((label, lower_quartile(ts["torch"]), lower_quartile(ts["default"]),
+                        lower_quartile(ts.get("tuned", ts["default"]))))
+    return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]),
+                    lower_quartile(t.get("tuned", t["default"])), tuple(sorted(applied)),
+                    max_err,
                     tuple(label for label, _ in checks), differs, tuple(by_size))
