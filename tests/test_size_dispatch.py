@@ -8,7 +8,8 @@ import torch
 
 from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError, branch_by_size
 from mlir_ansor.sketch_passes.annotation import annotate
-from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+from mlir_ansor.transform_scripts.library import (TunedEntry, captures_outer_values,
+                                                  library_text, strategy_name)
 from mlir_ansor.tuner.e2e import compile_model, save_inputs
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
@@ -82,7 +83,9 @@ class Mlp(torch.nn.Module):
         self.fc2 = torch.nn.Linear(96, 32)
 
     def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+        # GELU: its body reads outer constants, so the first task takes the structural
+        # matcher, which must check the tag too; the second one the DAG matcher.
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
 @pytest.fixture(scope="module")
@@ -108,18 +111,27 @@ def test_branches_are_copies_of_the_same_tasks_with_their_tag(dispatched):
 def test_each_branch_runs_its_own_strategy_and_stays_correct(dispatched, tools):
     model, tasks, seen, d = dispatched
     cfg = MeasureConfig()
-    t = tasks[0]
     rng = random.Random(1)
-    prog = annotate(t.ops, t.sketches[0], rng)
-    # Only branch 0's copy of the first task gets a strategy (the tag in its pattern).
-    pattern = next(d_.pattern.task_mlir for k, tag, d_ in seen if k == t.key and tag == "b0")
-    assert 'ansor_kernel = "b0"' in pattern
+    # Only branch 0's copy of each task gets a strategy (the tag in its pattern).
+    entries = []
+    for t in tasks:
+        prog = annotate(t.ops, t.sketches[0], rng)
+        pattern = next(x.pattern.task_mlir for k, tag, x in seen if k == t.key and tag == "b0")
+        assert 'ansor_kernel = "b0"' in pattern
+        entries.append(TunedEntry(f"{t.task_id}_b0", pattern, t.ops, prog))
+    assert captures_outer_values(entries[0].task_mlir)  # GELU: the structural matcher
     lib = d / "lib.mlir"
-    lib.write_text(library_text([TunedEntry(f"{t.task_id}_b0", pattern, t.ops, prog)]))
+    lib.write_text(library_text(entries))
     applied = compile_model(tools, d / "b.mlir", d / "b.vmfb", cfg, lib)
-    assert applied == {strategy_name(f"{t.task_id}_b0")}
+    assert applied == {strategy_name(e.task_id) for e in entries}
+    # ... on exactly one dispatch each: branch 1's copies keep IREE's default.
+    configs = [f.read_text() for f in sorted((d / "b_configs").glob("*.mlir"))]
+    assert len(configs) == 4
+    for e in entries:
+        assert sum(f"codegen_spec = @{strategy_name(e.task_id)}" in c for c in configs) == 1
     # The untagged task's pattern matches no tagged copy: every copy needs its own.
-    lib.write_text(library_text([TunedEntry(t.task_id, t.task_mlir, t.ops, prog)]))
+    t = tasks[1]
+    lib.write_text(library_text([TunedEntry(t.task_id, t.task_mlir, t.ops, entries[1].program)]))
     assert compile_model(tools, d / "b.mlir", d / "u.vmfb", cfg, lib) == set()
     for rows in (1, 7, 8, 37):  # both branches, and both sides of the cut
         x = torch.randn(rows, 64)

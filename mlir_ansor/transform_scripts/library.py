@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from iree.compiler import ir
+from iree.compiler.dialects import func as func_d
 from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers.dynamic_sizes import (NOMINAL_SIZE, dynamic_ops,
                                                       signature_dims)
 from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operand_path,
                                                     tileable_ops)
+from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.dialect_helpers.transform_builder import any_op
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
@@ -161,6 +163,7 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
     dims = signature_dims(task_mlir)
     ops = dynamic_ops(task_mlir, dims, {0: NOMINAL_SIZE}) if dims else analyze_task(task_mlir)
     root = ops[-1]
+    tagged = _tagged_ops(task_mlir)
     for op in ops:
         h = target
         for k in operand_path(task_mlir, root.index, op.index):
@@ -168,6 +171,36 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
         transform.MatchOperationNameOp(h, [op.op_name])
         if op.is_linalg:
             _match_dims(h, op)
+        if op.index in tagged:  # a size branch's copy: only that branch's (see below)
+            match_task_dag(h, tagged[op.index], op.op_name)
+
+
+def _tagged_ops(task_mlir: str) -> dict[int, str]:
+    """Tileable op index -> a one-op pattern of it, for the ops that carry a size-branch
+    tag (`size_dispatch.TAG_ATTR`): its operands are arguments (wildcards), so the DAG
+    matcher compares only the op itself, attributes included. The structure above compares
+    no attributes, and without this a tagged strategy matched every branch's copy."""
+    out: dict[int, str] = {}
+    if TAG_ATTR not in task_mlir:
+        return out
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(task_mlir)
+        for i, op in enumerate(tileable_ops(module.operation)):
+            if TAG_ATTR not in op.attributes:
+                continue
+            one = ir.Module.create()
+            types = [v.type for v in op.operands]
+            with ir.InsertionPoint(one.body):
+                f = func_d.FuncOp("pattern", (types, [r.type for r in op.results]))
+            block = f.add_entry_block()
+            copy = op.clone(ir.InsertionPoint(block))
+            for k, a in enumerate(block.arguments):
+                copy.operands[k] = a
+            with ir.InsertionPoint(block):
+                func_d.ReturnOp(list(copy.results))
+            out[i] = str(one)
+    return out
 
 
 def _patterns(entry: TunedEntry) -> list[tuple[str, str]]:

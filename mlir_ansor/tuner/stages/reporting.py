@@ -148,7 +148,7 @@ def dynamic_parts(state: RunState) -> list[str]:
         if plan is None:
             continue
         lo, hi = m.dynamic.range_of(plan.symbol)
-        kernels = {p.key: f"{p.sketch.name}; {micro_kernel(p) or 'rows of one'}"
+        kernels = {p.key: f"{p.key[:6]}: {p.sketch.name}; {micro_kernel(p) or 'rows of one'}"
                    for progs in plan.choices.values() for p in progs if p is not None}
         parts.append(f"Size dispatcher of {m.name} (on {plan.symbol}: argument {plan.arg}, "
                      f"dim {plan.dim}; cuts at {', '.join(map(str, plan.cuts))}; one tagged "
