@@ -11,6 +11,7 @@ from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve, samp
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.stages.state import ModelIn, RunState
+from mlir_ansor.tuner.tasks import SizeSample
 
 
 def safe_dir_name(name: str) -> str:
@@ -45,17 +46,22 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
     names = list(state.opts.models or (state.opts.model,))
     single = len(names) == 1
     models = []
+    observed = read_shape_weights(state.opts.shape_weights) if state.opts.shape_weights \
+        else None
     for name in names:
         fac = factory if (factory and single) else load_factory(name)
         model, inputs = call_factory(name, fac)
         d = state.out if single else state.out / safe_dir_name(name)
         dims = [parse_dynamic(s) for s in state.opts.dynamic]
         resolved = resolve(model, inputs, dims) if dims else None
-        if resolved is not None and state.opts.shape_weights:
-            # Observed sizes outside the ranges end here, before any work.
-            sample_weights(resolved, tune_samples(resolved, state.opts.size_samples),
-                           read_shape_weights(state.opts.shape_weights))
-        models.append(ModelIn(name, model, inputs, Path(d), resolved))
+        samples: tuple[SizeSample, ...] = ()
+        if resolved is not None:
+            points = tune_samples(resolved, state.opts.size_samples)
+            # (Observed sizes outside the ranges end here, before any work.)
+            weights = (sample_weights(resolved, points, observed) if observed
+                       else [1.0] * len(points))
+            samples = tuple(SizeSample(p, w) for p, w in zip(points, weights))
+        models.append(ModelIn(name, model, inputs, Path(d), resolved, samples))
     return replace(state, models=tuple(models))
 
 

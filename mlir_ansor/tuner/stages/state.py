@@ -14,7 +14,7 @@ from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
 from mlir_ansor.tuner.reporters import Reporter
 from mlir_ansor.tuner.size_plan import SizePlan
-from mlir_ansor.tuner.tasks import Task
+from mlir_ansor.tuner.tasks import SizeSample, Task
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.tuner.wall_time import WallTime
 
@@ -28,6 +28,8 @@ class ModelIn:
     inputs: tuple
     dir: Path
     dynamic: Any = None  # dynamic.Resolved: the --dynamic dimensions of its inputs
+    # What its dynamic tasks are measured at (weighted by --shape-weights, else uniform).
+    samples: tuple[SizeSample, ...] = ()
 
 
 @dataclass(frozen=True)

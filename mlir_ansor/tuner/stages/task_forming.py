@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from mlir_ansor.dynamic import Resolved, read_shape_weights, sample_weights, tune_samples
 from mlir_ansor.errors import OutputError, UnsupportedDispatch
 from mlir_ansor.tuner.measure import TaskMeasurer
 from mlir_ansor.tuner.stages.state import RunState
@@ -29,26 +28,20 @@ def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str,
     return out, usage
 
 
-def with_samples(task: Task, dynamic: Resolved | None,
-                 observed: dict[tuple[int, ...], float] | None = None, most: int = 5) -> Task:
-    """A dynamic task with the size samples it is measured at (from its model's --dynamic
-    ranges; weighted by the observed sizes of --shape-weights, else uniform); a dynamic
-    task of a model without any is left to IREE."""
+def with_samples(task: Task, samples: tuple[SizeSample, ...]) -> Task:
+    """A dynamic task with its model's size samples (`ModelIn.samples`); a dynamic task of
+    a model without --dynamic ranges is left to IREE."""
     if not task.dynamic or not task.tunable:
         return task
-    if dynamic is None:
+    if not samples:
         return replace(task, skip_reason="dynamic shapes without --dynamic ranges: left to "
                                          "IREE's default codegen")
-    points = tune_samples(dynamic, most)
-    weights = sample_weights(dynamic, points, observed) if observed else [1.0] * len(points)
-    return replace(task, samples=tuple(SizeSample(s, w) for s, w in zip(points, weights)))
+    return replace(task, samples=samples)
 
 
 def form_tasks(state: RunState) -> RunState:
-    dyn = {m.name: m.dynamic for m in state.models}
-    observed = read_shape_weights(state.opts.shape_weights) if state.opts.shape_weights \
-        else None
-    per_model = {name: [with_samples(t, dyn.get(name), observed, state.opts.size_samples)
+    samples = {m.name: m.samples for m in state.models}
+    per_model = {name: [with_samples(t, samples.get(name, ()))
                         for t in [*extract_tasks(
         f.flow, state.opts.target), *f.packed_tasks]] for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
