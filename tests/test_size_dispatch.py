@@ -140,3 +140,19 @@ def test_each_branch_runs_its_own_strategy_and_stays_correct(dispatched, tools):
         assert outs is not None, why
         want = model(x).detach().numpy()
         np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_branch_strategy_on_another_branch_is_caught(tmp_path):
+    """What the end-to-end check reads from IREE's configuration dump (it caught a matcher
+    that ignored the tag)."""
+    from mlir_ansor.tuner.builder import misplaced_branch_strategies
+
+    spec = "translation_info = #iree_codegen.translation_info<pipeline = " \
+           "#iree_codegen.transform_dialect_codegen codegen_spec = @{}>"
+    (tmp_path / "d0.mlir").write_text(spec.format("strategy_t0_b0") +
+                                      '\nlinalg.matmul {ansor_kernel = "b0"}')
+    (tmp_path / "d1.mlir").write_text(spec.format("strategy_t3") + "\nlinalg.matmul")
+    assert misplaced_branch_strategies(tmp_path) == []
+    (tmp_path / "d2.mlir").write_text(spec.format("strategy_t0_b0") +
+                                      '\nlinalg.matmul {ansor_kernel = "b2"}')
+    assert misplaced_branch_strategies(tmp_path) == ["strategy_t0_b0 on d2"]

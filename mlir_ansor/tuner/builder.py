@@ -6,6 +6,7 @@ The search sees only the `Builder` protocol: a remote builder (Ray tasks) takes 
 `BuildInput`s: the library text travels, not our Python objects."""
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.status import Status, internal_error, is_out_of_memory
@@ -64,6 +66,21 @@ def applied_strategies(config_dir: Path) -> set[str]:
         for part in text.split("codegen_spec = @")[1:]:
             found.add(part.split(">")[0].split(",")[0].strip())
     return found
+
+
+def misplaced_branch_strategies(config_dir: Path) -> list[str]:
+    """Strategies of a size branch (`strategy_<task>_b<i>`) that IREE attached to a
+    dispatch of another branch (its ops do not carry `ansor_kernel = "b<i>"`): a matcher
+    too loose for the dispatcher, whatever the outputs say."""
+    wrong = []
+    for f in sorted(Path(config_dir).glob("*.mlir")):
+        text = f.read_text(errors="replace")
+        for part in text.split("codegen_spec = @")[1:]:
+            name = part.split(">")[0].split(",")[0].strip()
+            m = re.search(r"_(b\d+)$", name)
+            if m and f'{TAG_ATTR} = "{m.group(1)}"' not in text:
+                wrong.append(f"{name} on {f.stem}")
+    return wrong
 
 
 def single_configuration(config_dir: Path, task_name: str) -> str:

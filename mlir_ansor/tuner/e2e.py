@@ -12,6 +12,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
+from mlir_ansor.tuner.builder import misplaced_branch_strategies
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
                                       compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -204,6 +205,9 @@ def check_tuned(tools: Toolchain, model_mlir: Path, library: Path | None, vmfb: 
     missing = set(expected) - applied
     if missing:
         raise StrategiesNotApplied(sorted(missing))
+    wrong = misplaced_branch_strategies(vmfb.parent / (vmfb.stem + "_configs"))
+    if wrong:
+        raise CompileError(f"size-branch strategies on another branch's dispatch: {wrong}")
     return applied, check_outputs(tools, vmfb, in_paths, refs, mags, vmfb.parent, cfg)
 
 
