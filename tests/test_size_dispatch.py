@@ -1,6 +1,8 @@
 """The size dispatcher of a dynamic model (issue 17): the decision per size
 (`tuner.size_plan`) and the tagged branches stock IREE compiles (`size_dispatch`)."""
+import os
 import random
+import subprocess
 
 import numpy as np
 import pytest
@@ -11,11 +13,13 @@ from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.transform_scripts.library import (TunedEntry, captures_outer_values,
                                                   library_text, strategy_name)
 from mlir_ansor.tuner.e2e import compile_model, save_inputs
+from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, cut_between, per_size_choice,
                                         plan_sizes)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source, tagged_dispatches
+from mlir_ansor.tuner.toolchain import target_flags
 
 
 class _P:
@@ -108,17 +112,24 @@ def test_branches_are_copies_of_the_same_tasks_with_their_tag(dispatched):
         (t.key, tag) for t in tasks for tag in ("b0", "b1"))
 
 
-def test_each_branch_runs_its_own_strategy_and_stays_correct(dispatched, tools):
-    model, tasks, seen, d = dispatched
-    cfg = MeasureConfig()
+def branch_entries(tasks, seen, tag: str, name_tag: str | None = None) -> list[TunedEntry]:
+    """A random program per task for the copy in branch `tag` (the tag in its pattern),
+    its strategy named for branch `name_tag` (default: the same)."""
     rng = random.Random(1)
-    # Only branch 0's copy of each task gets a strategy (the tag in its pattern).
     entries = []
     for t in tasks:
         prog = annotate(t.ops, t.sketches[0], rng)
-        pattern = next(x.pattern.task_mlir for k, tag, x in seen if k == t.key and tag == "b0")
-        assert 'ansor_kernel = "b0"' in pattern
-        entries.append(TunedEntry(f"{t.task_id}_b0", pattern, t.ops, prog))
+        pattern = next(x.pattern.task_mlir for k, tg, x in seen if k == t.key and tg == tag)
+        assert f'ansor_kernel = "{tag}"' in pattern
+        entries.append(TunedEntry(f"{t.task_id}_{name_tag or tag}", pattern, t.ops, prog))
+    return entries
+
+
+def test_each_branch_runs_its_own_strategy_and_stays_correct(dispatched, tools):
+    model, tasks, seen, d = dispatched
+    cfg = MeasureConfig()
+    # Only branch 0's copy of each task gets a strategy.
+    entries = branch_entries(tasks, seen, "b0")
     assert captures_outer_values(entries[0].task_mlir)  # GELU: the structural matcher
     lib = d / "lib.mlir"
     lib.write_text(library_text(entries))
@@ -156,3 +167,32 @@ def test_a_branch_strategy_on_another_branch_is_caught(tmp_path):
     (tmp_path / "d2.mlir").write_text(spec.format("strategy_t0_b0") +
                                       '\nlinalg.matmul {ansor_kernel = "b2"}')
     assert misplaced_branch_strategies(tmp_path) == ["strategy_t0_b0 on d2"]
+
+
+def test_build_sh_builds_a_dispatched_model_and_refuses_a_misplaced_strategy(dispatched,
+                                                                            tools):
+    model, tasks, seen, d = dispatched
+    run = d / "run"
+    run.mkdir()
+    (run / "model_tuned.mlir").write_text((d / "b.mlir").read_text())
+    (run / "tuned_library.mlir").write_text(library_text(
+        branch_entries(tasks, seen, "b0") + branch_entries(tasks, seen, "b1")))
+    script = write_build_script(run, target_flags("llvm-cpu"))
+    env = dict(os.environ, IREE_COMPILE=tools.compile)
+    res = subprocess.run([str(script), str(d / "built.vmfb")], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "4 tuned strategies applied" in res.stdout
+    for rows in (3, 8, 100):
+        x = torch.randn(rows, 64)
+        paths = save_inputs((x,), d / f"bin{rows}")
+        outs, why = run_outputs(tools, d / "built.vmfb", paths, 1, d / f"bout{rows}", MeasureConfig())
+        assert outs is not None, why
+        np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+    # Branch 0's strategies named as branch 1's: applied, but to the wrong branch.
+    (run / "tuned_library.mlir").write_text(library_text(branch_entries(tasks, seen, "b0",
+                                                                        name_tag="b1")))
+    res = subprocess.run([str(script), str(d / "wrong.vmfb")], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 1 and "applied to a dispatch of another size branch" in res.stderr
+    assert not (d / "wrong.vmfb").exists()

@@ -101,6 +101,16 @@ if [ -n "$missing" ]; then
     "the one tuned, or the library no longer defines them); no module written" >&2
   exit 1
 fi
+# A size dispatcher's strategy (strategy_<task>_b<i>) belongs on the dispatches of branch i
+# only: their ops carry ansor_kernel = "b<i>".
+for f in "$tmp"/configs/*.mlir; do
+  for s in $(grep -oE 'codegen_spec = @strategy_[A-Za-z0-9_.]+_b[0-9]+' "$f" | sed 's/.*@//'); do
+    if ! grep -q "ansor_kernel = \"${s##*_}\"" "$f"; then
+      echo "build.sh: $s was applied to a dispatch of another size branch; no module written" >&2
+      exit 1
+    fi
+  done
+done
 mv "$tmp/module.vmfb" "$out"
 echo "build.sh: wrote $out ($(echo "$expected" | wc -l) tuned strategies applied)"
 """
