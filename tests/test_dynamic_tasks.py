@@ -12,17 +12,7 @@ from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, SplitStep
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.tasks import SizeSample, extract_tasks, flow_source
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 32)
-
-    def forward(self, x):
-        # GELU: its body reads outer constants (the structural matcher, not the DAG one).
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+from tests.data.small_mlp import GeluMlp
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +20,7 @@ def dyn_tasks(tools, tmp_path_factory):
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("dyn")
     rows = torch.export.Dim("rows", min=1, max=256)
-    (d / "m.mlir").write_text(import_model(Mlp().eval(), (torch.randn(8, 64),),
+    (d / "m.mlir").write_text(import_model(GeluMlp().eval(), (torch.randn(8, 64),),
                                            {"x": {0: rows}}))
     return extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 300)), d
 
@@ -124,7 +114,7 @@ def test_shape_weights_weight_the_nearest_sample(tmp_path):
     from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve,
                                     sample_weights, tune_samples)
 
-    r = resolve(Mlp(), (torch.randn(8, 64),), [parse_dynamic("x:0=1..1024")])
+    r = resolve(GeluMlp(), (torch.randn(8, 64),), [parse_dynamic("x:0=1..1024")])
     f = tmp_path / "w.txt"
     f.write_text("# batch sizes seen in serving\n1 10\n2 5\n30 3\n1000 2\n")
     samples = tune_samples(r)  # sizes 1, 7, 33, 181, 1024

@@ -20,6 +20,7 @@ from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, cut_between, per_si
                                         plan_sizes)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source, tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
+from tests.data.small_mlp import GeluMlp
 
 
 class _P:
@@ -80,23 +81,11 @@ def test_bad_dispatch_requests_are_errors():
         branch_by_size(model, 0, 0, [])
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 32)
-
-    def forward(self, x):
-        # GELU: its body reads outer constants, so the first task takes the structural
-        # matcher, which must check the tag too; the second one the DAG matcher.
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
 @pytest.fixture(scope="module")
 def dispatched(tools, tmp_path_factory):
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("disp")
-    model = Mlp().eval()
+    model = GeluMlp().eval()
     rows = torch.export.Dim("rows", min=1, max=256)
     (d / "m.mlir").write_text(import_model(model, (torch.randn(8, 64),), {"x": {0: rows}}))
     tasks = extract_tasks(flow_source(d / "m.mlir", "llvm-cpu", tools, 300))

@@ -32,3 +32,16 @@ class Head(torch.nn.Module):
 def make_head():
     torch.manual_seed(1)
     return Head().eval(), (torch.randn(32, 64),)
+
+
+class GeluMlp(torch.nn.Module):
+    """64 -> 96, GELU, -> 32: the GELU body reads outer constants, so its dispatch takes the
+    structural matcher (not the DAG one). The dynamic-shape tests import it with `?` rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.fc2 = torch.nn.Linear(96, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
