@@ -37,6 +37,11 @@ with ir.Context(), ir.Location.unknown():
     print(emit_standalone(ops, prog))
 # S0: workgroups of 24 rows (even though 24 does not divide the nominal 97) x 32 columns.
 # CHECK: tile_using_forall {{.*}} tile_sizes [24, 32]
+# The forall's bounds resolved to the loads' sizes before the workgroup count is read from
+# them (a bound read off a loaded binding cannot be lowered into the count).
+# CHECK-NEXT: transform.apply_patterns to
+# CHECK-NEXT: transform.apply_patterns.memref.resolve_ranked_shaped_type_result_dims
+# CHECK: transform.iree.populate_workgroup_count_region_using_num_threads_slice
 # S1 keeps the rows whole (the workgroup's): only the columns and k are tiled.
 # CHECK: tile_using_for {{.*}} tile_sizes [0, 32, 0]
 # CHECK: tile_using_for {{.*}} tile_sizes [0, 0, 64]

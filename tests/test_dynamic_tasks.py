@@ -136,3 +136,35 @@ def test_a_dynamic_model_is_judged_over_all_its_sizes():
     dyn = EndToEnd(1.0, 2.0, 1.0, (), 0.0, ("n=1", "n=512"),
                    by_size=(("n=1", 1.0, 1.0, 2.0), ("n=512", 1.0, 4.0, 8.0)))
     assert dyn.speedup == pytest.approx(0.5 ** (1 / 3))
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+
+    def forward(self, x, y):
+        return y + self.fc(x)  # a second dynamic input + matmul + bias (as BERT's residual)
+
+
+def test_a_dispatch_with_two_dynamic_inputs_compiles_with_our_strategies(tools, tmp_path):
+    """The consumer's first input is the residual, a second dynamically sized binding: the
+    workgroup forall's bounds were read off it, and IREE could not lower the workgroup
+    count ("failed to legalize operation 'stream.cmd.dispatch'": every candidate of BERT's
+    residual matmuls failed)."""
+    torch.manual_seed(0)
+    rows = torch.export.Dim("rows", min=1, max=256)
+    (tmp_path / "m.mlir").write_text(import_model(
+        Residual().eval(), (torch.randn(8, 64), torch.randn(8, 64)),
+        {"x": {0: rows}, "y": {0: rows}}))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable]
+    assert len(tasks) == 1 and sum(t.dynamic for t in tasks) == 1
+    samples = tuple(SizeSample((((0, 0), n), ((1, 0), n))) for n in (1, 37))
+    t = tasks[0].__class__(**{**tasks[0].__dict__, "samples": samples})
+    assert len([s for s in t.input_types if "?" in s]) == 2
+    m = TaskMeasurer(t, tmp_path / "tasks", tools, MeasureConfig(repetitions=1, min_time_s=0.01))
+    m.prepare()
+    rng = random.Random(2)
+    recs = m.measure([annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)])
+    assert [r.status for r in recs] == ["ok"] * 3, [r.error[:300] for r in recs]

@@ -46,12 +46,22 @@ class TB:
             "transform.iree.populate_workgroup_count_region_using_num_threads_slice",
             operands=[forall])
 
-    def tile_forall(self, target: ir.Value, sizes: Sequence[int]) -> tuple[ir.Value, ir.Value]:
+    def tile_forall(self, target: ir.Value, sizes: Sequence[int],
+                    resolve_dims_in: ir.Value | None = None) -> tuple[ir.Value, ir.Value]:
+        """Workgroup tiling. `resolve_dims_in` (the function, for dynamic sizes): the
+        forall's bounds are first resolved to the values the loads were sized with. A
+        bound read as `tensor.dim` of a loaded binding would put the binding into the
+        workgroup count, which IREE 3.13 cannot lower ("failed to legalize operation
+        'stream.cmd.dispatch'"; an elementwise consumer whose first input is a second
+        dynamic binding, e.g. a residual add)."""
         k = _nonzero(sizes)
         dims = ["z", "y", "x"][3 - k:]
         mapping = ir.ArrayAttr.get([ir.Attribute.parse(f"#gpu.block<{d}>") for d in dims])
         op = structured.TileUsingForallOp(any_op(), any_op(), target, tile_sizes=list(sizes),
                                           mapping=mapping)
+        if resolve_dims_in is not None:
+            self.patterns(resolve_dims_in, [lambda: ir.Operation.create(
+                "transform.apply_patterns.memref.resolve_ranked_shaped_type_result_dims")])
         self._count_workgroups(op.results[1])
         return op.results[0], op.results[1]
 

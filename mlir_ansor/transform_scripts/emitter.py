@@ -256,16 +256,17 @@ def workgroups_on_anchor(tb: tbm.TB, func: ir.Value, h: dict[str, ir.Value],
     map_store is tiled through it: the map_store (over the anchor's output dims) is the
     forall's root and the anchor is fused in first."""
     sizes = plan.anchor_sizes(0)
+    dynamic = func if any(o.dynamic_loops for o in ops) else None
     if plan.anchor.map_stored:
         by_dim = [0] * len(plan.anchor.output.shape)
         for l, s in enumerate(sizes):
             p = plan.anchor.output_dim_of_loop(l)
             if p is not None:
                 by_dim[p] = s
-        _, forall = tb.tile_forall(h.pop(MAP_STORE), by_dim)
+        _, forall = tb.tile_forall(h.pop(MAP_STORE), by_dim, dynamic)
         h[plan.anchor.name], forall = tb.fuse_into(h[plan.anchor.name], forall)
     else:
-        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], sizes)
+        h[plan.anchor.name], forall = tb.tile_forall(h[plan.anchor.name], sizes, dynamic)
     for o in reversed(ops):
         if o is not plan.anchor:
             h[o.name], forall = tb.fuse_into(h[o.name], forall)
