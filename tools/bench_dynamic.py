@@ -72,10 +72,17 @@ def kernels_at(run_dir: Path):
         text = f"one kernel each: {one}" if one else "IREE default"
         return lambda n: text
 
+    # A planned strategy that the hand-back dropped (e.g. not applied inside the model)
+    # leaves IREE's default in every branch.
+    kept = {t["task"] for t in report["tasks"] if t["status"].startswith("tuned")}
+
+    def what(key: str, prog: str | None) -> str:
+        tid = ids.get(key, key)
+        return f"{tid} {prog[:6] if prog and tid in kept else 'IREE'}"
+
     def runs(n: int) -> str:
         b = sum(1 for c in plan["cuts"] if n >= c)
-        return f"b{b}: " + ", ".join(f"{ids.get(k, k)} {(p or 'IREE')[:6]}"
-                                     for k, p in plan["choices"].items() for p in [p[b]])
+        return f"b{b}: " + ", ".join(what(k, p[b]) for k, p in plan["choices"].items())
     return runs
 
 
