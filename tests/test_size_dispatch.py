@@ -175,7 +175,8 @@ def test_build_sh_builds_a_dispatched_model_and_refuses_a_misplaced_strategy(dis
     for rows in (3, 8, 100):
         x = torch.randn(rows, 64)
         paths = save_inputs((x,), d / f"bin{rows}")
-        outs, why = run_outputs(tools, d / "built.vmfb", paths, 1, d / f"bout{rows}", MeasureConfig())
+        outs, why = run_outputs(tools, d / "built.vmfb", paths, 1, d / f"bout{rows}",
+                                MeasureConfig())
         assert outs is not None, why
         np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
     # Branch 0's strategies named as branch 1's: applied, but to the wrong branch.

@@ -33,9 +33,15 @@ def branch_tag(i: int) -> str:
     return f"b{i}"
 
 
+def branch_index(tag: str) -> int:
+    """The branch a tag names (`branch_tag`'s inverse)."""
+    return int(tag.removeprefix("b"))
+
+
 def _entry(module: ir.Module) -> ir.Operation:
     funcs = [op.operation for op in module.body.operations
-             if op.operation.name == "func.func" and "sym_visibility" not in op.operation.attributes]
+             if op.operation.name == "func.func"
+             and "sym_visibility" not in op.operation.attributes]
     if len(funcs) != 1:
         raise DispatcherError(f"expected one public entry function, found {len(funcs)}")
     return funcs[0]
@@ -140,30 +146,23 @@ def branch_by_size(model_mlir: str, arg: int, dim: int, thresholds: Sequence[int
         return str(module)
 
 
-def _inside_any(value: ir.Value, ops: Sequence[ir.Operation]) -> bool:
-    """Whether `value` is defined inside the region of one of `ops` (a body's own value)."""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner
+def _nested_in(op: ir.Operation | None, ancestors: Sequence[ir.Operation]) -> bool:
+    """Whether `op` is one of `ancestors` or nested in one of them."""
     while op is not None:
-        if any(op == o for o in ops):
+        if any(op == a for a in ancestors):
             return True
         op = op.parent
     return False
 
 
+def _inside_any(value: ir.Value, ops: Sequence[ir.Operation]) -> bool:
+    """Whether `value` is defined inside the region of one of `ops` (a body's own value)."""
+    owner = value.owner
+    return _nested_in(owner.owner if isinstance(owner, ir.Block) else owner, ops)
+
+
 def _users_outside(value: ir.Value, body: ir.Operation) -> list[ir.Operation]:
-    out = []
-    for use in value.uses:
-        op = use.owner
-        p, inside = op, False
-        while p is not None:
-            if p == body:
-                inside = True
-                break
-            p = p.parent
-        if not inside:
-            out.append(op)
-    return out
+    return [use.owner for use in value.uses if not _nested_in(use.owner, [body])]
 
 
 def _mapped(v: ir.Value, outside: list[ir.Value], inner: ir.Block) -> ir.Value:
@@ -175,16 +174,24 @@ def _mapped(v: ir.Value, outside: list[ir.Value], inner: ir.Block) -> ir.Value:
     return v
 
 
-def _tag_linalg(op: ir.Operation, tag: str) -> None:
-    attr = ir.StringAttr.get(tag)
+def _linalg_ops(op: ir.Operation) -> list[ir.Operation]:
+    """The linalg ops in `op`, not those of their bodies (linalg.yield)."""
+    out: list[ir.Operation] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
         if o.name.startswith("linalg."):
-            o.attributes[TAG_ATTR] = attr
-            return ir.WalkResult.SKIP  # not its body's linalg.yield
+            out.append(o)
+            return ir.WalkResult.SKIP
         return ir.WalkResult.ADVANCE
 
     op.walk(visit)
+    return out
+
+
+def _tag_linalg(op: ir.Operation, tag: str) -> None:
+    attr = ir.StringAttr.get(tag)
+    for o in _linalg_ops(op):
+        o.attributes[TAG_ATTR] = attr
 
 
 def _branches(size: ir.Value, cuts: list[int], bodies: list[ir.Operation],
@@ -233,22 +240,10 @@ def retag(func_mlir: str, like: str) -> str:
     """`func_mlir` with the branch tags of `like` (another form of the same dispatch, e.g.
     codegen's view of it) on the linalg ops at the same positions; "" where the two do not
     have the same linalg ops in the same order."""
-    def linalg_ops(module: ir.Module) -> list[ir.Operation]:
-        out: list[ir.Operation] = []
-
-        def visit(o: ir.Operation) -> ir.WalkResult:
-            if o.name.startswith("linalg."):
-                out.append(o)
-                return ir.WalkResult.SKIP
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-        return out
-
     with ir.Context() as ctx:
         ctx.allow_unregistered_dialects = True
         target, model = ir.Module.parse(func_mlir), ir.Module.parse(like)
-        mine, theirs = linalg_ops(target), linalg_ops(model)
+        mine, theirs = _linalg_ops(target.operation), _linalg_ops(model.operation)
         if [o.name for o in mine] != [o.name for o in theirs]:
             return ""
         for a, b in zip(mine, theirs):

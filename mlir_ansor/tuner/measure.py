@@ -257,7 +257,8 @@ class TaskMeasurer:
 
     def time_default(self) -> float | None:
         """IREE's default build, timed by the same runner as the candidates. Its first
-        timing at each size sample is what a dynamic task's sizes are weighed by (`weighted_latency`)."""
+        timing at each size sample is what a dynamic task's sizes are weighed by
+        (`weighted_latency`)."""
         latency, by = self.timed(self.default_vmfb)
         if latency is not None and not self.default_at and any(by):
             self.default_at = dict(by)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from mlir_ansor.sketch_passes.program import Program
 
@@ -98,7 +98,3 @@ def describe(plan: SizePlan, lo: int, hi: int, names: Mapping[str, str],
             rows.append([names.get(key, key), f"{a}..{b}", what])
     return rows
 
-
-def sizes_of(labels: Sequence[str]) -> dict[str, int]:
-    """Sample label -> size, for a model with one dynamic symbol (labels are sizes)."""
-    return {label: int(label) for label in labels}

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, retag
+from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, branch_index, retag
 from mlir_ansor.dynamic import size_sets
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
@@ -170,7 +170,7 @@ class _Export:
             for key, tag, pattern in seen:
                 if key != t.key or not tag or not pattern:
                     continue
-                i = int(tag.removeprefix("b"))
+                i = branch_index(tag)
                 prog = plan.choices[key][i] if key in plan.choices else self.winners.get(key)
                 if prog is not None:
                     out.append((tag, pattern, prog))
@@ -315,7 +315,7 @@ def hand_back(state: RunState) -> RunState:
             state.report(Note(f"{m.name}: {why}"))
         if plan is not None:
             plans[m.name] = plan
-            for key, progs in plan.choices.items():  # what the branches run, weighed
+            for key in plan.choices:  # what the branches run, weighed
                 timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
     ex = _Export(state, timed, winners, plans)
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
