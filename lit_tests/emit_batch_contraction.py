@@ -16,7 +16,8 @@ print_strategy(payload("batch_matmul_4x64x48x32"), 1, seed=0)
 # CHECK-NEXT: transform.apply_patterns to
 # CHECK-NEXT: transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices
 # CHECK: transform.structured.vectorize %[[G]]
-print_strategy(payload("batch_matmul_transposed_out_4x64x48x32"), 0, seed=0)
+# (Seed 1: a program without a packed operand, whose copy is vectorized after the fold.)
+print_strategy(payload("batch_matmul_transposed_out_4x64x48x32"), 0, seed=1)
 # CHECK: // sketch: MultiLevelTilingWithFusion
 # CHECK: transform.structured.fuse %
 # CHECK: transform.structured.vectorize

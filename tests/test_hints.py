@@ -38,11 +38,13 @@ def test_restrictions_hold_for_random_and_evolution_proposals():
 
 def test_preference_biases_proposals():
     task = _task()
-    plain = RandomPolicy(task, 0).propose(60, set(), [])
+    plain = RandomPolicy(task, 0).propose(200, set(), [])
     hinted = with_hints(RandomPolicy, (("matmul", AnnotationHints(prefer_inner=((1, 16),))),))(
-        task, 0).propose(60, set(), [])
+        task, 0).propose(200, set(), [])
     share = lambda ps: sum(_inner(p, 1) == 16 for p in ps) / len(ps)  # noqa: E731
-    assert share(hinted) > share(plain) + 0.2
+    # Off-preference proposals pass with 1 - 0.8: a share p becomes p / (p + 0.2 (1 - p)),
+    # at least twice p when p < 0.6.
+    assert share(hinted) > 2 * share(plain) > 0
 
 
 def test_hints_apply_only_to_matching_tasks():

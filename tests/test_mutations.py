@@ -8,7 +8,7 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.mutations import (crossover, mutate, mutate_parallel,
                                                 mutate_tile_size, mutate_unroll, split_levels)
-from mlir_ansor.sketch_passes.program import ParallelStep, SplitStep, UnrollStep
+from mlir_ansor.sketch_passes.program import PackStep, ParallelStep, SplitStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from tests.conftest import BATCH_MATMUL, ELEMENTWISE, MATMUL, ops_of
@@ -22,7 +22,9 @@ def programs(text, n, seed=0):
 
 
 def genes(p):
-    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in p.steps}
+    """Steps by decision; the packed operand (a step only some programs have) apart."""
+    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in p.steps
+            if not isinstance(s, PackStep)}
 
 
 @pytest.mark.parametrize("text", [MATMUL, BATCH_MATMUL, ELEMENTWISE])
@@ -74,7 +76,7 @@ def test_unroll_and_parallel_mutations_change_only_their_step():
 def test_crossover_combines_parents_genes():
     ops, progs = programs(BATCH_MATMUL, 40)
     rng = random.Random(4)
-    mixed = 0
+    mixed = packs = 0
     for a, b in zip(progs[::2], progs[1::2]):
         c = crossover(ops, a, b, rng)
         if c is None:
@@ -88,7 +90,10 @@ def test_crossover_combines_parents_genes():
         from_a = any(gc[k] == ga[k] != gb[k] for k in gc if isinstance(gc[k], SplitStep))
         from_b = any(gc[k] == gb[k] != ga[k] for k in gc if isinstance(gc[k], SplitStep))
         mixed += from_a and from_b
-    assert mixed >= 5
+        root = a.sketch.root
+        assert c.packed(root) in (a.packed(root), b.packed(root))
+        packs += a.packed(root) != b.packed(root)
+    assert mixed >= 5 and packs >= 3
 
 
 def test_crossover_takes_whole_nodes_when_several_carry_steps():
@@ -108,6 +113,9 @@ def test_crossover_takes_whole_nodes_when_several_carry_steps():
         root_from_a = all(gc[k] == genes(a2)[k] for k in gc if k[0] == "op1_matmul")
         root_from_b = all(gc[k] == genes(b2)[k] for k in gc if k[0] == "op1_matmul")
         assert root_from_a or root_from_b
+        # The packed operand travels with the root's node.
+        assert c.packed("op1_matmul") == (a2 if root_from_a else b2).packed("op1_matmul") or \
+            (root_from_a and root_from_b)
         assert gc[("op0_fill", "split", 0)] in (fill_a, fill_b)
 
 

@@ -1,5 +1,6 @@
 """Sketch generation and annotation decisions (counts, kinds, determinism, round trip)."""
 import json
+import math
 import random
 from dataclasses import dataclass, replace
 
@@ -69,19 +70,27 @@ def test_annotation_respects_extents_and_register_tile():
     for _ in range(50):
         p = annotate(ops, sks[1], rng)
         splits = [s for s in p.steps if isinstance(s, SplitStep)]
-        inner = 1
+        inner = {}
+        blocks = p.blocks(ops[1].name)
         for s in splits:
             ext = ops[1].extents[s.loop]
             if ops[1].iterators[s.loop] == "parallel":
                 prod = 1
                 for x in s.lengths:
                     prod *= x
-                assert ext % prod == 0
-                inner *= s.lengths[-1]
+                if s.loop in blocks:  # (a, 1, c): a blocks divide, c need not
+                    assert ext % (s.lengths[0] * blocks[s.loop]) == 0
+                else:
+                    assert ext % prod == 0
+                inner[s.loop] = s.lengths[-1]
             else:  # (r1, v): v tiles r1, r1 tiles the reduction
                 r1, v = s.lengths
                 assert ext % r1 == 0 and r1 % v == 0 and v <= 16
-        assert inner <= 256
+        # rows x vectors accumulators + one row of vectors + a broadcast: within the 32
+        # registers of the default target (AVX-512, 16 lanes).
+        rows = math.prod(c for l, c in inner.items() if l != 1)
+        vectors = -(-inner[1] // 16)
+        assert rows * vectors + vectors + 1 <= 32
 
 
 def test_program_json_round_trip():

@@ -121,6 +121,14 @@ class TB:
             for b in builders:
                 b()
 
+    def copy_operand(self, target: ir.Value, operand: int) -> ir.Value:
+        """Copy operand `operand` of the op into a new tensor the op reads instead (IREE
+        bufferizes it to a local buffer); returns the copy (a linalg.copy)."""
+        return ir.Operation.create(
+            "transform.iree.copy_tensor_operand", results=[any_op()], operands=[target],
+            attributes={"operand_index": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                            operand)}).results[0]
+
     def iree_op(self, name: str, operands: Sequence[ir.Value], results: int = 0):
         return ir.Operation.create(name, results=[any_op()] * results, operands=list(operands))
 

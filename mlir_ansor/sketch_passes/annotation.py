@@ -16,10 +16,11 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu, gpu_violations, repair_gpu
-from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, largest_divisor,
-                                            op_by_name, unit_loops, window_loops)
-from mlir_ansor.sketch_passes.program import (ParallelStep, PeelStep, Program, SplitStep,
-                                              UnrollStep, VectorizeStep)
+from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, footprint,
+                                            largest_divisor, op_by_name, reduction_tile,
+                                            unit_loops, window_loops)
+from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, PeelStep,
+                                              Program, SplitStep, UnrollStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch, StructureStep
 from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 
@@ -42,21 +43,35 @@ class AnnotationLimits:
     """The caps of a CPU target's search space that follow from its machine facts."""
 
     vector_lanes: int  # innermost tile of the contiguous output dim (and rfactor lanes)
-    register_tile: int  # elements of the innermost (register) tile
+    f32_lanes: int  # lanes of one vector register
+    vector_registers: int  # the register file the register tile is kept in
 
     @staticmethod
     def of(target: Target) -> "AnnotationLimits":
         if target.backend != "llvm-cpu":
             raise TargetError(f"CPU annotation needs an llvm-cpu target, not {target.name} "
                               f"({target.backend})")
-        # A row of a few vectors; the register tile's accumulators take half the vector
-        # registers, the other half holds the loaded and broadcast operands (AVX-512, where
-        # these caps were tuned: 64 lanes and 256 elements; AVX2: 32 and 64; NEON: 16 and
-        # 64). On the AVX2 machine of 2026-11-24 the AVX2 caps beat the AVX-512 ones on the
-        # ResNet block's 3x3 convs, 96 trials each: 1.68 and 1.36 ms against 2.18 and 2.18
-        # (IREE's default 5.5-6.3 ms).
         return AnnotationLimits(vector_lanes=VECTORS_PER_ROW * target.f32_lanes,
-                                register_tile=target.vector_registers // 2 * target.f32_lanes)
+                                f32_lanes=target.f32_lanes,
+                                vector_registers=target.vector_registers)
+
+    def registers(self, op: OpInfo, inner: dict[int, int]) -> int:
+        """Vector registers an outer-product register tile of `op` holds (its innermost
+        parallel tiles `inner`, by loop): rows x v accumulators, the v vectors of the row
+        operand loaded per reduction step and one broadcast (v = vectors per output row).
+        On AVX2 (16 registers) that admits 6x16 (12 accumulators, the classic BLAS kernel)
+        and 14x8, which half the register file (the cap before) did not."""
+        last = len(op.output.shape) - 1
+        v, rows = 1, 1
+        for l, c in inner.items():
+            if op.output_dim_of_loop(l) == last:
+                v = -(-c // self.f32_lanes)
+            else:
+                rows *= c
+        return rows * v + v + 1
+
+    def register_tile_fits(self, op: OpInfo, inner: dict[int, int]) -> bool:
+        return self.registers(op, inner) <= self.vector_registers
 
 
 DEFAULT_LIMITS = AnnotationLimits.of(DEFAULT_CPU)
@@ -182,10 +197,84 @@ def dynamic_peelable(ops: Sequence[OpInfo], sketch: Sketch, *,
     return all(base.output_dim_of_loop(l) != last for l in dyn)
 
 
-def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int]) -> int:
-    """Elements of the root's S1 tile (a peeled loop stays whole there)."""
-    return math.prod(root.extents[l] if l in peeled else s[-1] * s[-2]
-                     for l, s in splits.items())
+def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int],
+              blocks: dict[int, int] | None = None) -> int:
+    """Elements of the root's S1 tile (a peeled loop stays whole there, a blocked one is
+    one block)."""
+    blocks = blocks or {}
+    return math.prod(blocks[l] if l in blocks else root.extents[l] if l in peeled
+                     else s[-1] * s[-2] for l, s in splits.items())
+
+
+# Share of programs that cut a blocked loop's register tile free of the block's divisors.
+BLOCK_PEEL_SHARE = 0.3
+
+
+def block_candidates(root: OpInfo, sketch: Sketch, *,
+                     target: Target | None = None) -> list[int]:
+    """Parallel loops of a root that a BlockPeelStep may cut: static row loops (not the
+    output's contiguous dim, whose partial tile would be a partial vector, nor unit-tile
+    rows), of a root that may peel at all (see peel_candidates) and whose extent has good
+    register tiles (otherwise the loop is a plain peel candidate)."""
+    if window_loops(root) is not None or any(
+            type(s).partial_sum_loop is not StructureStep.partial_sum_loop
+            for s in sketch.structure):
+        return []
+    last = len(root.output.shape) - 1
+    plain = set(peel_candidates(root, sketch, target=target))
+    unit_rows = unit_loops(root)
+    return [l for l in root.parallel_dims
+            if l not in root.dynamic_loops and l not in unit_rows and l not in plain and
+            root.output_dim_of_loop(l) != last and root.extents[l] >= 4]
+
+
+def block_choices(extent: int, c: int) -> list[int]:
+    """Blocks a register tile of `c` rows leaves a partial last tile in: divisors of the
+    extent above c that c does not divide."""
+    return [d for d in divisors(extent) if d > c and d % c]
+
+
+def block_tiles(extent: int, limit: int) -> list[int]:
+    """Register tiles of a blocked loop: those some block leaves a partial tile for."""
+    return [c for c in range(2, min(limit, extent - 1) + 1) if block_choices(extent, c)]
+
+
+def pack_candidates(root: OpInfo, sketch: Sketch) -> list[int]:
+    """Operands of a root a PackStep may copy: inputs read along a reduction loop that some
+    parallel loop does not index (the copy is reused across that loop's register tiles),
+    none indexed by a dynamic loop (its slice has no static size) nor through a window
+    (a convolution's input: its copied window failed to vectorize in the 1-D conv kernel)."""
+    if sketch.gpu or not root.reduction_dims:
+        return []
+    out = []
+    for i, o in enumerate(root.operands):
+        used = {d for t in o.map_results for d, _ in t}
+        if o.is_output or len(o.shape) < 2 or not used & set(root.reduction_dims) or \
+                used & set(root.dynamic_loops) or not set(root.parallel_dims) - used or \
+                any(len(t) > 1 for t in o.map_results):
+            continue
+        out.append(i)
+    return out
+
+
+def pack_bytes(root: OpInfo, prog: Program, operand: int) -> int:
+    """Bytes of the local buffer a PackStep of `operand` copies into."""
+    o = root.operands[operand]
+    return footprint(o, reduction_tile(root, prog)) * o.elem_bytes
+
+
+def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
+              packed: Sequence[int]) -> bool:
+    """The packed buffers, with the local accumulator tile of a cache write, fit IREE's
+    stack limit (larger buffers need a compile flag; over 64 KiB they overflow the worker
+    stack at run time), with room for the strategy's small temporaries (a 32 KiB buffer
+    alone compiled for one matmul and not for another: 32.8 KiB in all)."""
+    total = sum(pack_bytes(root, prog, i) for i in packed)
+    if prog.sketch.local_tile:
+        splits = {l: prog.split(root.name, l).lengths for l in root.parallel_dims}
+        total += _s1_tiles(root, splits, prog.peeled(root.name),
+                           prog.blocks(root.name)) * root.output.elem_bytes
+    return total + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 
 def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
@@ -201,6 +290,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         # (Not under a map_store: its stack check assumes dividing workgroup tiles.)
         peelable = [] if op_by_name(ops, sketch.anchor).map_stored else \
             peel_candidates(root, sketch, target=target)
+        blockable = [] if op_by_name(ops, sketch.anchor).map_stored else \
+            block_candidates(root, sketch, target=target)
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3,
                                         1 if l in unit_rows else
@@ -209,6 +300,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
             peeled: set[int] = set()
             # A dynamic loop is always the micro-kernel loop; otherwise half the programs
             # peel one.
+            blocks: dict[int, int] = {}
             if root.dynamic_loops or (peelable and rng.random() < 0.5):
                 l = root.dynamic_loops[0] if root.dynamic_loops else rng.choice(peelable)
                 peeled = {l}
@@ -217,8 +309,15 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 # A dynamic loop is also cut into workgroups of a fixed k*c rows.
                 k = rng.choice(DYNAMIC_WORKGROUP_KERNELS) if l in root.dynamic_loops else 1
                 splits[l] = (k, 1, c)
-            local = _s1_tiles(root, splits, peeled)
-            if math.prod(s[-1] for s in splits.values()) <= lim.register_tile and \
+            elif blockable and rng.random() < BLOCK_PEEL_SHARE:
+                l = rng.choice(blockable)
+                ext = root.extents[l]
+                c = rng.choice(block_tiles(ext, inner_limit(root, l, target=target)))
+                block = rng.choice(block_choices(ext, c))
+                peeled, blocks = {l}, {l: block}
+                splits[l] = (rng.choice(divisors(ext // block)), 1, c)
+            local = _s1_tiles(root, splits, peeled, blocks)
+            if lim.register_tile_fits(root, {l: s[-1] for l, s in splits.items()}) and \
                     dynamic_temp_fits(ops, sketch, root, splits) and (
                     not sketch.local_tile or local <= MAX_LOCAL_TILE) and \
                     map_store_fits(ops, sketch, root, splits):
@@ -226,7 +325,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         for l in root.parallel_dims:
             prog = prog.with_step(SplitStep(root.name, l, splits[l]))
         for l in sorted(peeled):
-            prog = prog.with_step(PeelStep(root.name, l))
+            prog = prog.with_step(BlockPeelStep(root.name, l, blocks[l]) if l in blocks
+                                  else PeelStep(root.name, l))
         window = window_loops(root)
         for l in root.reduction_dims:
             r1 = rng.choice(divisors(root.extents[l]))
@@ -250,6 +350,10 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         trip = (last[-1][0] // (last[-1][1] if len(last[-1]) > 1 else 1)) if last else 1
         factor = rng.choice([f for f in UNROLL_CHOICES if trip % f == 0])
         prog = prog.with_step(UnrollStep(root.name, factor))
+        # Half the programs pack one operand, where one fits the stack.
+        packable = [i for i in pack_candidates(root, sketch) if packs_fit(ops, prog, root, [i])]
+        if packable and rng.random() < 0.5:
+            prog = prog.with_step(PackStep(root.name, rng.choice(packable)))
         prog = prog.with_step(VectorizeStep(root.name))
     else:
         anchor = op_by_name(ops, sketch.anchor)
@@ -336,13 +440,16 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
     unit_rows = unit_loops(base) if sk.root else set()
     window = window_loops(base)
     whole = whole_row_loops(ops, sk)
-    peeled = prog.peeled(base.name)
+    peeled, blocks = prog.peeled(base.name), prog.blocks(base.name)
     if peeled:
-        allowed = set(peel_candidates(base, sk, target=target)) if sk.root and not \
-            op_by_name(ops, sk.anchor).map_stored else set()
-        if len(peeled) > 1 or not peeled <= allowed:
+        may = sk.root and not op_by_name(ops, sk.anchor).map_stored
+        plain = set(peel_candidates(base, sk, target=target)) if may else set()
+        blockable = set(block_candidates(base, sk, target=target)) if may else set()
+        if len(peeled) > 1 or not (peeled - set(blocks)) <= plain or \
+                not set(blocks) <= blockable:
             errs.append(f"loops {sorted(peeled)}: at most one peeled loop, one with no good "
-                        "register tile, of a root without partial sums or windows")
+                        "register tile (or a blocked row loop), of a root without partial "
+                        "sums or windows")
     if sk.root and not set(base.dynamic_loops) <= peeled:
         errs.append(f"dynamic loops {list(base.dynamic_loops)} must be the peeled loop")
     for l in base.parallel_dims:
@@ -363,6 +470,11 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
                     s.lengths[-1] not in peel_sizes(0, inner_limit(base, l, target=target),
                                                     True):
                 errs.append(f"loop {l}: a dynamic loop is (k, 1, c): k kernels of c rows")
+        elif l in blocks:
+            ext, (a, one, c), block = base.extents[l], s.lengths, blocks[l]
+            if one != 1 or block not in block_choices(ext, c) or (ext // block) % a:
+                errs.append(f"loop {l}: a blocked loop is (a, 1, c): workgroups of a blocks "
+                            f"of {block} rows (dividing {ext}), c not dividing the block")
         elif l in peeled:
             ext = base.extents[l]
             if s.lengths[:2] != (1, 1) or s.lengths[-1] not in peel_sizes(
@@ -377,14 +489,15 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         return errs
     if sk.root:
         inner = [prog.split(base.name, l).lengths for l in base.parallel_dims]
-        if math.prod(s[-1] for s in inner) > lim.register_tile:
+        if not lim.register_tile_fits(base, {l: s[-1] for l, s in zip(base.parallel_dims,
+                                                                        inner)}):
             errs.append("register tile too large")
         par_step = prog.find(ParallelStep, base.name)
         if not dynamic_temp_fits(ops, sk, base, dict(zip(base.parallel_dims, inner)),
                                  par_step.loops if par_step else ()):
             errs.append("the dynamic workgroup tile's temporary exceeds the stack")
         if sk.local_tile and _s1_tiles(base, dict(zip(base.parallel_dims, inner)),
-                                       peeled) > MAX_LOCAL_TILE:
+                                       peeled, blocks) > MAX_LOCAL_TILE:
             errs.append("local tile too large")
         fewest, most = inner_reduction_range(sk, target=target)
         for l in base.reduction_dims:
@@ -402,6 +515,14 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         u = prog.find(UnrollStep, base.name)
         if u is None or u.factor not in unroll_choices(base, prog):
             errs.append("unroll factor does not divide the reduction trip count")
+        packed = prog.packed(base.name)
+        if len(packed) > 1 or not set(packed) <= set(pack_candidates(base, sk)):
+            errs.append(f"packed operands {list(packed)}: at most one, an input read along "
+                        "a reduction and reused across a parallel loop")
+        elif packed and not packs_fit(ops, prog, base, packed):
+            errs.append("the packed operand's buffer exceeds the stack")
+    elif prog.packed(base.name):
+        errs.append("only a multi-level-tiled root packs operands")
     par = prog.find(ParallelStep, base.name)
     if not map_store_fits(ops, sk, base, {l: prog.split(base.name, l).lengths
                                            for l in base.parallel_dims},

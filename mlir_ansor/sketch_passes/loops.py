@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.analysis import strided_window_loops
 from mlir_ansor.sketch_passes.program import Program
 
@@ -17,6 +17,22 @@ def divisors(n: int) -> list[int]:
 def largest_divisor(n: int, limit: int) -> int:
     """The largest divisor of `n` that is at most `limit` (1 when `limit` < 1)."""
     return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+
+
+def span(terms: tuple[tuple[int, int], ...], tile: dict[int, int]) -> int:
+    """Elements one tensor dim covers when each loop d runs over tile[d] values."""
+    return sum((tile.get(d, 1) - 1) * abs(c) for d, c in terms) + 1
+
+
+def footprint_shape(o: OperandInfo, tile: dict[int, int]) -> tuple[int, ...]:
+    """The slice of operand `o` a loop tile reads (per tensor dim)."""
+    return tuple(min(size, span(terms, tile)) if size else 1
+                 for size, terms in zip(o.shape, o.map_results))
+
+
+def footprint(o: OperandInfo, tile: dict[int, int]) -> int:
+    """Elements of operand `o` a loop tile reads."""
+    return math.prod(footprint_shape(o, tile))
 
 
 def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
@@ -63,13 +79,35 @@ def eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
     """Parallel loops whose outermost (workgroup) level has more than one iteration (a
     peeled loop stays whole there)."""
     out = []
-    peeled = prog.peeled(op.name)
+    peeled, blocks = prog.peeled(op.name), prog.blocks(op.name)
     for l in op.parallel_dims:
         s = prog.split(op.name, l)
         # A dynamic loop always may have several workgroups (its extent is no extent);
         # first, so that a parallel step of any depth keeps it.
         if s is not None and l in op.dynamic_loops:
             out.insert(0, l)
+        elif s is not None and l in blocks:
+            if op.extents[l] // (s.lengths[0] * blocks[l]) > 1:
+                out.append(l)
         elif s is not None and l not in peeled and op.extents[l] // math.prod(s.lengths) > 1:
             out.append(l)
     return out
+
+
+def reduction_tile(op: OpInfo, prog: Program) -> dict[int, int]:
+    """Per loop of a multi-level-tiled root, the tile one reduction step (R0) works on: the
+    S1 tile of each parallel loop (a peeled loop is whole there) and the R0 chunk of each
+    reduction loop. A PackStep copies an operand's slice of this tile."""
+    peeled, blocks = prog.peeled(op.name), prog.blocks(op.name)
+    tile = {}
+    for l, ext in enumerate(op.extents):
+        s = prog.split(op.name, l)
+        if s is None:
+            tile[l] = ext
+        elif l in blocks:
+            tile[l] = blocks[l]
+        elif op.iterators[l] == "reduction":
+            tile[l] = s.lengths[0]
+        else:
+            tile[l] = ext if l in peeled else math.prod(s.lengths[1:])
+    return tile

@@ -12,10 +12,12 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
-                                                 peel_sizes, repair, unroll_choices,
+                                                 block_choices, block_tiles, pack_candidates,
+                                                 packs_fit, peel_sizes, repair, unroll_choices,
                                                  violations)
-from mlir_ansor.sketch_passes.loops import eligible_parallel, op_by_name
-from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep, Step, UnrollStep
+from mlir_ansor.sketch_passes.loops import divisors, eligible_parallel, op_by_name
+from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, Program,
+                                              SplitStep, Step, UnrollStep, VectorizeStep)
 from mlir_ansor.targets import Target
 
 
@@ -70,6 +72,9 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
     if not splits:
         return None
     step = rng.choice(splits)
+    blocks = prog.blocks(base.name)
+    if step.loop in blocks:  # another register tile, block or number of blocks
+        return _mutate_block(ops, prog, base, step, blocks[step.loop], rng, target)
     if step.loop in prog.peeled(base.name):  # a micro-kernel loop: another register tile
         k, one, c = step.lengths
         if step.loop in base.dynamic_loops and rng.random() < 0.5:
@@ -92,6 +97,31 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
     levels[src] //= p
     levels[dst] *= p
     return _checked(ops, _replace(prog, step, from_levels(base, step, levels)), target)
+
+
+def _mutate_block(ops: Sequence[OpInfo], prog: Program, base: OpInfo, step: SplitStep,
+                  block: int, rng: random.Random, target: Target | None) -> Program | None:
+    """One decision of a blocked loop (a, 1, c) with its block: c, the block (a kept if it
+    still divides) or a."""
+    a, _, c = step.lengths
+    ext = base.extents[step.loop]
+    what = rng.choice(("c", "block", "a"))
+    if what == "c":
+        cs = [x for x in block_tiles(ext, c * 2) if x != c and block % x]
+        c = rng.choice(cs) if cs else c
+    elif what == "block":
+        bs = [b for b in block_choices(ext, c) if b != block]
+        block = rng.choice(bs) if bs else block
+    else:
+        as_ = [x for x in divisors(ext // block) if x != a]
+        a = rng.choice(as_) if as_ else a
+    if (ext // block) % a:
+        a = 1
+    old_peel = next(s for s in prog.steps
+                    if isinstance(s, BlockPeelStep) and s.op == base.name and s.loop == step.loop)
+    new = _replace(prog, step, SplitStep(step.op, step.loop, (a, 1, c)))
+    new = _replace(new, old_peel, BlockPeelStep(base.name, step.loop, block))
+    return _checked(ops, new, target)
 
 
 def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
@@ -120,11 +150,40 @@ def mutate_unroll(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
     return None if violations(ops, prog, target=target) else prog
 
 
+def with_pack(prog: Program, op: str, operand: int | None) -> Program:
+    """`prog` packing `operand` of `op` (None: nothing), the PackStep where annotation puts
+    it (before the op's VectorizeStep), so equal programs keep equal keys."""
+    steps = [s for s in prog.steps if not (isinstance(s, PackStep) and s.op == op)]
+    if operand is not None:
+        at = next((i for i, s in enumerate(steps)
+                   if isinstance(s, VectorizeStep) and s.op == op), len(steps))
+        steps.insert(at, PackStep(op, operand))
+    return Program(prog.sketch, tuple(steps))
+
+
+def mutate_pack(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
+                target: Target | None = None) -> Program | None:
+    """Pack another operand of the root, or stop / start packing."""
+    if not prog.sketch.root:
+        return None
+    base = _base(ops, prog)
+    now = prog.packed(base.name)
+    choices = [i for i in pack_candidates(base, prog.sketch)
+               if (i,) != now and packs_fit(ops, prog, base, [i])]
+    choices += [None] if now else []
+    if not choices:
+        return None
+    prog = with_pack(prog, base.name, rng.choice(choices))
+    return None if violations(ops, prog, target=target) else prog
+
+
 Mutation = Callable[..., "Program | None"]  # (ops, program, rng, *, target)
 # Ansor's weights (TVM: tile size 0.90, unroll 0.04, compute location 0.05, parallel 0.01).
-# Our sketches have no flexible compute-location node yet, so its share goes to tile size.
+# Our sketches have no flexible compute-location node yet; its share goes to packing (where
+# an operand's copy is made is its own kind of compute location).
 MUTATIONS: dict[str, tuple[Mutation, float]] = {
-    "tile_size": (mutate_tile_size, 0.95),
+    "tile_size": (mutate_tile_size, 0.90),
+    "pack": (mutate_pack, 0.05),
     "unroll": (mutate_unroll, 0.04),
     "parallel": (mutate_parallel, 0.01),
 }
@@ -144,8 +203,10 @@ def mutate(ops: Sequence[OpInfo], prog: Program, rng: random.Random, tries: int 
 
 
 def _genes(prog: Program) -> dict[tuple, Step]:
-    """Steps by what they decide: (op, kind, loop)."""
-    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in prog.steps}
+    """Steps by what they decide: (op, kind, loop); a PackStep is no gene here (a program
+    may have none): crossover takes it from either parent."""
+    return {(s.op, s.kind, getattr(s, "loop", None)): s for s in prog.steps
+            if not isinstance(s, PackStep)}
 
 
 def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
@@ -160,13 +221,19 @@ def crossover(ops: Sequence[OpInfo], a: Program, b: Program, rng: random.Random,
     if set(ga) != set(gb):
         return None
     nodes = sorted({k[0] for k in ga})
+    root = a.sketch.root
     for _ in range(tries):
         if len(nodes) > 1:
             pick = {n: rng.random() < 0.5 for n in nodes}
             take_b = {k for k in ga if pick[k[0]]}
+            pack_b = pick.get(root, False)
         else:
             take_b = {k for k in ga if rng.random() < 0.5}
+            pack_b = rng.random() < 0.5
         raw = Program(a.sketch, tuple(gb[k] if k in take_b else ga[k] for k in ga))
+        if root:  # the packed operand (or none) of the parent the root's node came from
+            packed = (b if pack_b else a).packed(root)
+            raw = with_pack(raw, root, packed[0] if packed else None)
         # Keep the parents' own parallel/unroll genes where they still fit the tiles.
         child = raw if not violations(ops, raw, target=target) else _checked(ops, raw, target)
         if child is not None and child.key not in (a.key, b.key):

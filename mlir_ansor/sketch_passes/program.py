@@ -57,6 +57,33 @@ class PeelStep:
 
 
 @dataclass(frozen=True)
+class BlockPeelStep:
+    """Loop `loop` of `op` is tiled in blocks of `block` elements above the register tile
+    (workgroups of `lengths[0]` blocks when distributed, S1 tile one block), and its register
+    tile (the split's innermost length, split (a, 1, c)) need not divide the block: each
+    block's partial last tile is peeled into its own copy of the kernel. It brings register
+    tiles no divisor offers, e.g. AVX2's 6x16 BLAS kernel (12 of its 16 registers) on a
+    256-row block: 42 tiles of 6 rows and one of 4."""
+
+    op: str
+    loop: int
+    block: int
+    kind: str = "peel_block"
+
+
+@dataclass(frozen=True)
+class PackStep:
+    """Copy input `operand` (its position among `op`'s operands) of each reduction tile (R0)
+    into a contiguous local buffer before the register-tile loops read it: the panel the
+    register tiles sweep is then read with unit stride and without TLB or cache-set
+    conflicts (the packed B panel of GotoBLAS; `transform.iree.copy_tensor_operand`)."""
+
+    op: str
+    operand: int
+    kind: str = "pack"
+
+
+@dataclass(frozen=True)
 class VectorizeStep:
     """Vectorize the innermost tile of `op`."""
 
@@ -64,9 +91,11 @@ class VectorizeStep:
     kind: str = "vectorize"
 
 
-Step = Union[SplitStep, ParallelStep, UnrollStep, VectorizeStep, PeelStep]
+Step = Union[SplitStep, ParallelStep, UnrollStep, VectorizeStep, PeelStep, BlockPeelStep,
+             PackStep]
 _STEP_TYPES = {"split": SplitStep, "parallel": ParallelStep, "unroll": UnrollStep,
-               "vectorize": VectorizeStep, "peel": PeelStep}
+               "vectorize": VectorizeStep, "peel": PeelStep, "peel_block": BlockPeelStep,
+               "pack": PackStep}
 
 
 def step_from_dict(d: dict) -> Step:
@@ -92,8 +121,19 @@ class Program:
         return None
 
     def peeled(self, op: str) -> set[int]:
-        """Loops of `op` with a PeelStep."""
-        return {s.loop for s in self.steps if isinstance(s, PeelStep) and s.op == op}
+        """Loops of `op` whose partial register tile is peeled (PeelStep, BlockPeelStep)."""
+        return {s.loop for s in self.steps
+                if isinstance(s, (PeelStep, BlockPeelStep)) and s.op == op}
+
+    def blocks(self, op: str) -> dict[int, int]:
+        """Loops of `op` with a BlockPeelStep: their block (the others peeled stay whole
+        above the register tile)."""
+        return {s.loop: s.block for s in self.steps
+                if isinstance(s, BlockPeelStep) and s.op == op}
+
+    def packed(self, op: str) -> tuple[int, ...]:
+        """Operands of `op` with a PackStep, in step order."""
+        return tuple(s.operand for s in self.steps if isinstance(s, PackStep) and s.op == op)
 
     def find(self, kind: type, op: str):
         for s in self.steps:

@@ -1,7 +1,7 @@
 """Rules that recognise programs which cannot be fast on a target, before the cost model
 ranks them (read from the target description: vector width, caches, cores).
 
-Annotation already keeps every program inside hard limits (the register tile fits half the
+Annotation already keeps every program inside hard limits (the register tile fits the
 vector registers, tiles divide their loops: `annotation.violations`); these rules name soft
 defects. A flagged program is demoted, not dropped: its predicted score is lowered by
 (1 - `DEMOTE`) of its magnitude in the evolutionary search, and random sampling prefers unflagged programs (a

@@ -9,6 +9,7 @@ cannot configure the dispatch: such tasks have no template space (`template_sket
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Sequence
 
@@ -46,25 +47,26 @@ def sample_template(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *
                     target: Target | None = None) -> Program:
     """One random template program; lane and register-tile caps as annotation's for
     `target` (see annotation)."""
-    register_tile = annotation_limits(target).register_tile
+    lim = annotation_limits(target)
     root = op_by_name(ops, sketch.root)
     rows, window = window_rows(root), window_loops(root)
     for _ in range(100):
         steps = []
-        reg, red = 1, 1
+        inner, red = {}, 1
         for l, ext in enumerate(root.extents):
             if root.iterators[l] == "parallel":
                 wg = rng.choice(divisors(ext))
                 limit = 1 if l in rows else inner_limit(root, l, target=target)
                 c = rng.choice([d for d in divisors(wg) if d <= limit])
-                reg *= c
+                inner[l] = c
                 steps.append(SplitStep(root.name, l, (wg // c, c)))
             else:
                 limit = 1 if (window is not None and l in window) else MAX_REDUCTION_TILE
                 r = rng.choice([d for d in divisors(ext) if d <= limit])
                 red *= r
                 steps.append(SplitStep(root.name, l, (r,)))
-        if reg <= register_tile and reg * red <= MAX_VECTOR_VOLUME:
+        if lim.register_tile_fits(root, inner) and \
+                math.prod(inner.values()) * red <= MAX_VECTOR_VOLUME:
             break
     return Program(sketch, tuple(steps))
 

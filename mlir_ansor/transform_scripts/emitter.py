@@ -22,7 +22,8 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
-from mlir_ansor.sketch_passes.loops import batch_loops, largest_divisor, op_by_name
+from mlir_ansor.sketch_passes.loops import (batch_loops, footprint_shape, largest_divisor,
+                                            op_by_name, reduction_tile)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -57,7 +58,8 @@ class TilePlan:
         self.parallel = set(par.loops) if par else set()
         self.lengths = {l: program.split(base.name, l).lengths for l in range(len(base.extents))
                         if program.split(base.name, l) is not None}
-        self.peeled = program.peeled(base.name)  # whole above S2, partial tile peeled
+        self.peeled = program.peeled(base.name)  # partial register tile peeled
+        self.blocks = program.blocks(base.name)  # peeled loops tiled in blocks above S2
         # A one-row kernel on a dynamic loop leaves no partial tile to peel.
         self.one_row_kernel = any(l in base.dynamic_loops and self.lengths[l][-1] == 1
                                   for l in self.peeled)
@@ -72,7 +74,17 @@ class TilePlan:
         # A dynamic micro-kernel loop has fixed workgroup tiles; a static one stays whole
         # above S2.
         dynamic = loop in (self.root or self.anchor).dynamic_loops
-        return loop in self.peeled and (level == 1 or (level == 0 and not dynamic))
+        return loop in self.peeled and loop not in self.blocks and (
+            level == 1 or (level == 0 and not dynamic))
+
+    def _tile(self, loop: int, level: int) -> int:
+        """Tile of a parallel loop at `level` (0 workgroup, 1 S1, 2 register): the product
+        of its split's lengths from `level` on; a blocked loop (a, 1, c) has workgroups of
+        a blocks, S1 tiles of one block and register tiles of c."""
+        if loop in self.blocks:
+            a, c = self.lengths[loop][0], self.lengths[loop][-1]
+            return (a * self.blocks[loop], self.blocks[loop], c)[level]
+        return math.prod(self.lengths[loop][level:])
 
     def base_sizes(self, level: int) -> list[int]:
         """Tile sizes of the base op's loops at `level` (0 = forall; for parallel loops
@@ -83,7 +95,7 @@ class TilePlan:
             if base.iterators[l] != "parallel":
                 sizes.append(0)
                 continue
-            tile = 0 if self._whole_at(l, level) else math.prod(self.lengths[l][level:])
+            tile = 0 if self._whole_at(l, level) else self._tile(l, level)
             # (A dynamic extent is never "the whole loop": its nominal size is no size.)
             sizes.append(0 if tile == ext and l not in base.dynamic_loops else tile)
         if level == 0 and not any(sizes):
@@ -135,7 +147,7 @@ class TilePlan:
             p = base.output_dim_of_loop(l)
             if p is not None:
                 shape[p] = base.extents[l] if self._whole_at(l, level) else \
-                    math.prod(self.lengths[l][level:])
+                    self._tile(l, level)
         return shape
 
 
@@ -357,6 +369,14 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             r0_loops: list[ir.Value] = []
             if any(r0):
                 h[root.name], r0_loops = tb.tile_for(h[root.name], r0)
+            for i in program.packed(root.name):
+                # The operand's slice of this reduction step, copied to a contiguous local
+                # buffer the register tiles read; the copy moves rows of vectors.
+                copy = tb.copy_operand(h[root.name], i)
+                panel = footprint_shape(root.operands[i], reduction_tile(root, program))
+                copy, _ = tb.tile_for(copy, [1] * (len(panel) - 1) +
+                                      [chunk(panel[-1], MAX_ELEMENTWISE_VECTOR)])
+                extra_vector.append(copy)
             s2 = plan.base_sizes(2)
             if any(s2):
                 h[root.name], s2_loops = tb.tile_for(h[root.name], s2)

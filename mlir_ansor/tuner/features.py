@@ -21,8 +21,9 @@ rows' predictions. The columns (`FEATURE_NAMES`), all log2(1 + x) unless marked:
 - per buffer (up to 4: inputs in order, output last): unique bytes touched at the register,
   R1, S2, S1 and workgroup levels; reuse (iterations / unique elements) at the register and
   S2 levels; stride of the vectorized loop; cache lines per register tile; total bytes
+- per buffer: packed (raw 0/1: a PackStep copies its reduction-step slice to a local buffer)
 - allocation: bytes of the local accumulator tile (cache write / fused consumer), register
-  accumulator bytes
+  accumulator bytes, packed buffer bytes
 - arithmetic intensity (flops per unique byte) at the register, R1, S2 and workgroup levels
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
-from mlir_ansor.sketch_passes.loops import op_by_name
+from mlir_ansor.sketch_passes.loops import footprint, op_by_name, span
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64
@@ -62,8 +63,8 @@ def _names() -> list[str]:
     for b in range(MAX_BUFFERS):
         names += [f"b{b}_bytes_{l}" for l in LEVELS]
         names += [f"b{b}_reuse_reg", f"b{b}_reuse_s2", f"b{b}_stride", f"b{b}_lines_reg",
-                  f"b{b}_total_bytes"]
-    names += ["alloc_local_bytes", "alloc_acc_bytes"]
+                  f"b{b}_total_bytes", f"b{b}_packed"]
+    names += ["alloc_local_bytes", "alloc_acc_bytes", "alloc_pack_bytes"]
     names += [f"intensity_{l}" for l in ("reg", "r1", "s2", "wg")]
     return names
 
@@ -72,23 +73,11 @@ FEATURE_NAMES: tuple[str, ...] = tuple(_names())
 _INDEX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
 
-def _span(terms: tuple[tuple[int, int], ...], tile: dict[int, int]) -> int:
-    """Elements one tensor dim covers when each loop d runs over tile[d] values."""
-    return sum((tile.get(d, 1) - 1) * abs(c) for d, c in terms) + 1
-
-
-def _footprint(o: OperandInfo, tile: dict[int, int]) -> int:
-    fp = 1
-    for size, terms in zip(o.shape, o.map_results):
-        fp *= min(size, _span(terms, tile)) if size else 1
-    return fp
-
-
 def _lines(o: OperandInfo, tile: dict[int, int]) -> int:
     if not o.shape:
         return 1
-    outer = math.prod(min(s, _span(t, tile)) for s, t in zip(o.shape[:-1], o.map_results[:-1]))
-    last = min(o.shape[-1], _span(o.map_results[-1], tile))
+    outer = math.prod(min(s, span(t, tile)) for s, t in zip(o.shape[:-1], o.map_results[:-1]))
+    last = min(o.shape[-1], span(o.map_results[-1], tile))
     return outer * math.ceil(last * o.elem_bytes / CACHE_LINE)
 
 
@@ -118,12 +107,23 @@ def _root_nest(op: OpInfo, program: Program) -> _Nest:
     nest = _Nest(len(op.extents))
     par = program.find(ParallelStep, op.name)
     distributed = set(par.loops) if par else set()
-    peeled = program.peeled(op.name)
+    peeled, blocks = program.peeled(op.name), program.blocks(op.name)
     last_out = len(op.output.shape) - 1
     for l, ext in enumerate(op.extents):
         step = program.split(op.name, l)
         lengths = step.lengths if step else ()
-        if l in peeled:  # whole above S2; ceil(ext / c) register tiles, the last partial
+        if l in blocks:  # blocks of `block`; ceil(block / c) register tiles each
+            a, c, block = lengths[0], lengths[-1], blocks[l]
+            wg_tile = a * block if l in distributed else ext
+            nest.trip["s0"] *= ext // wg_tile
+            nest.trip["s1"] *= wg_tile // block
+            nest.trip["s2"] *= -(-block // c)
+            nest.trip["s3"] *= c
+            for lvl, t in zip(LEVELS, (c, c, block, block, wg_tile)):
+                nest.tiles[lvl][l] = t
+            if op.output_dim_of_loop(l) == last_out:
+                nest.lanes, nest.vector_loop = c, l
+        elif l in peeled:  # whole above S2; ceil(ext / c) register tiles, the last partial
             c = lengths[-1]
             nest.trip["s2"] *= -(-ext // c)
             nest.trip["s3"] *= c
@@ -234,10 +234,11 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
     level_iters = {lvl: math.prod(nest.tiles[lvl].get(l, 1) for l in range(nest.n_loops))
                    for lvl in LEVELS}
     buffers = [o for o in op.operands if not o.is_output][:MAX_BUFFERS - 1] + [op.output]
+    packed = [op.operands[i] for i in program.packed(op.name)] if role == "root" else []
     unique = {lvl: 0 for lvl in LEVELS}
     for b, o in enumerate(buffers):
         slot = b if b < len(buffers) - 1 else MAX_BUFFERS - 1
-        fp = {lvl: _footprint(o, nest.tiles[lvl]) for lvl in LEVELS}
+        fp = {lvl: footprint(o, nest.tiles[lvl]) for lvl in LEVELS}
         for lvl in LEVELS:
             unique[lvl] += fp[lvl] * o.elem_bytes
             put(f"b{slot}_bytes_{lvl}", fp[lvl] * o.elem_bytes)
@@ -246,6 +247,9 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
         put(f"b{slot}_stride", _stride(o, nest.vector_loop))
         put(f"b{slot}_lines_reg", _lines(o, nest.tiles["reg"]))
         put(f"b{slot}_total_bytes", math.prod(o.shape) * o.elem_bytes if o.shape else 0)
+        if any(o is q for q in packed):
+            put(f"b{slot}_packed", 1, raw=True)
+            put("alloc_pack_bytes", fp["s2"] * o.elem_bytes)
     output_fp = fp  # the output is the last buffer
     if role == "root" and sk.local_tile:
         put("alloc_local_bytes", output_fp["s1"] * op.output.elem_bytes)
@@ -296,7 +300,7 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     op = op_by_name(ops, program.sketch.root)
     nest = _root_nest(op, program)
     buffers = [o for o in op.operands if not o.is_output] + [op.output]
-    per_level = {lvl: sum(_footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
+    per_level = {lvl: sum(footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
                  for lvl in LEVELS}
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],

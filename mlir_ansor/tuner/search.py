@@ -69,7 +69,7 @@ class HintedPolicy:
         return train_seconds(self.inner)
 
     def __init__(self, inner: Policy, task: Task, hints: AnnotationHints, seed: int,
-                 rounds: int = 10, oversample: int = 4):
+                 rounds: int = 20, oversample: int = 4):
         self.inner, self.task, self.hints = inner, task, hints
         self.rounds, self.oversample = rounds, oversample
         self.rng = random.Random(f"{seed}:{task.key}:hints")

@@ -1,0 +1,210 @@
+"""Packed operands (PackStep) and blocked micro-kernel loops (BlockPeelStep): which programs
+get them, what is valid, how the search edits them, what the cost model sees, and that such
+programs compile, apply and match."""
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from mlir_ansor.sketch_passes.annotation import (annotate, block_candidates, pack_bytes,
+                                                 pack_candidates, violations)
+from mlir_ansor.sketch_passes.mutations import mutate_pack, mutate_tile_size, with_pack
+from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, Program,
+                                              SplitStep, UnrollStep, VectorizeStep)
+from mlir_ansor.sketch_passes.rules import default_cpu_rules
+from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
+from mlir_ansor.tuner.status import Status
+from tests.conftest import ELEMENTWISE, MATMUL, ops_of, prepared_measurer
+from tests.test_peel import matmul
+
+R = "op1_matmul"
+
+
+def programs(text, n=300, seed=0):
+    ops = ops_of(text)
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(seed)
+    return ops, sks, [annotate(ops, sks[i % len(sks)], rng) for i in range(n)]
+
+
+def plain_mlt(sks):
+    return next(s for s in sks if s.root and len(s.structure) == 1)
+
+
+def program(sketch, m, n, k, *, block=None, pack=None, unroll=1, par=(0, 1)):
+    steps = [SplitStep(R, 0, m), SplitStep(R, 1, n)]
+    steps += [BlockPeelStep(R, 0, block)] if block else []
+    steps += [SplitStep(R, 2, k), ParallelStep(R, par), UnrollStep(R, unroll)]
+    steps += [PackStep(R, pack)] if pack is not None else []
+    return Program(sketch, tuple(steps) + (VectorizeStep(R),))
+
+
+def test_pack_candidates_are_reused_inputs_of_a_reduction():
+    ops, sks, progs = programs(MATMUL)
+    root = ops[-1]
+    # A (not indexed by the columns) and B (not by the rows); never the output.
+    assert pack_candidates(root, plain_mlt(sks)) == [0, 1]
+    ew = ops_of(ELEMENTWISE)
+    assert all(pack_candidates(o, s) == [] for s in generate_sketches(ew, default_cpu_rules())
+               for o in ew)
+    packed = [p for p in progs if p.sketch.root and p.packed(R)]
+    rooted = [p for p in progs if p.sketch.root]
+    assert 0.3 < len(packed) / len(rooted) < 0.7
+    assert {p.packed(R) for p in packed} == {(0,), (1,)}
+    assert not any(violations(ops, p) for p in packed)
+
+
+def test_what_a_packed_program_may_not_be():
+    ops = ops_of(matmul(256, 512, 384))
+    sk = plain_mlt(generate_sketches(ops, default_cpu_rules()))
+    ok = program(sk, (2, 8, 8), (3, 2, 32), (64, 1), pack=1)
+    assert pack_bytes(ops[-1], ok, 1) == 64 * 64 * 4 and not violations(ops, ok)
+    # The B slice of a k step of 512 under 64 columns: 128 KiB, over the stack limit.
+    big = program(sk, (2, 8, 8), (3, 2, 32), (512, 1), pack=1)
+    assert any("exceeds the stack" in e for e in violations(ops, big))
+    out = program(sk, (2, 8, 8), (3, 2, 32), (64, 1), pack=2)  # the output
+    assert any("packed operands" in e for e in violations(ops, out))
+    two = Program(sk, ok.steps[:-1] + (PackStep(R, 0), ok.steps[-1]))
+    assert any("packed operands" in e for e in violations(ops, two))
+
+
+def test_mutating_the_pack_edits_only_the_pack_and_keeps_keys_stable():
+    ops, sks, progs = programs(MATMUL)
+    rng = random.Random(1)
+    changed = 0
+    for p in [q for q in progs if q.sketch.root][:60]:
+        c = mutate_pack(ops, p, rng)
+        if c is None:
+            continue
+        changed += 1
+        assert c.packed(R) != p.packed(R) and not violations(ops, c)
+        rest = [s for s in c.steps if not isinstance(s, PackStep)]
+        assert rest == [s for s in p.steps if not isinstance(s, PackStep)]
+        # Where annotation would have put it: the same program has the same key.
+        assert with_pack(c, R, p.packed(R)[0] if p.packed(R) else None).key == p.key
+    assert changed >= 30
+
+
+def test_features_see_the_packed_buffer():
+    ops = ops_of(matmul(256, 512, 384))
+    sk = plain_mlt(generate_sketches(ops, default_cpu_rules()))
+    plain = program(sk, (2, 8, 8), (3, 2, 32), (64, 1))
+    packed = program(sk, (2, 8, 8), (3, 2, 32), (64, 1), pack=1)
+    a, b = program_features(ops, plain)[-1], program_features(ops, packed)[-1]
+    col = FEATURE_NAMES.index
+    assert a[col("b1_packed")] == 0 and b[col("b1_packed")] == 1 and b[col("b0_packed")] == 0
+    assert b[col("alloc_pack_bytes")] == pytest.approx(math.log2(1 + 64 * 64 * 4))
+    assert a[col("alloc_pack_bytes")] == 0
+
+
+def test_block_candidates_are_row_loops_with_good_tiles():
+    ops, sks, progs = programs(MATMUL)
+    # The rows (64); not the contiguous columns (a partial tile would be a partial vector).
+    assert block_candidates(ops[-1], plain_mlt(sks)) == [0]
+    blocked = [p for p in progs if p.sketch.root and p.blocks(R)]
+    assert blocked and not any(violations(ops, p) for p in blocked)
+    for p in blocked:
+        (a, one, c), block = p.split(R, 0).lengths, p.blocks(R)[0]
+        assert one == 1 and block % c and 64 % (a * block) == 0
+    # A loop with no good register tile is a plain peel, not a blocked one.
+    ops197 = ops_of(matmul(197))
+    assert block_candidates(ops197[-1], plain_mlt(generate_sketches(
+        ops197, default_cpu_rules()))) == []
+
+
+def test_what_a_blocked_program_may_not_be():
+    ops = ops_of(matmul(256, 512, 384))
+    sk = plain_mlt(generate_sketches(ops, default_cpu_rules()))
+    ok = program(sk, (2, 1, 6), (2, 2, 32), (64, 1), block=64)
+    assert not violations(ops, ok)
+    for bad in (program(sk, (2, 1, 8), (2, 2, 32), (64, 1), block=64),  # 8 divides 64
+                program(sk, (2, 2, 6), (2, 2, 32), (64, 1), block=64),  # not (a, 1, c)
+                program(sk, (8, 1, 6), (2, 2, 32), (64, 1), block=64)):  # 8 x 64 > 256
+        assert any("blocked loop" in e for e in violations(ops, bad)), bad
+    # 15 rows x 2 vectors: 30 accumulators + 2 + 1, over the default target's 32 registers.
+    wide = program(sk, (1, 1, 15), (2, 2, 32), (64, 1), block=64)
+    assert "register tile too large" in violations(ops, wide)
+
+
+def test_mutations_of_a_blocked_loop_stay_valid_and_move_every_decision():
+    ops, sks, progs = programs(matmul(256, 512, 384), 400)
+    rng = random.Random(2)
+    moved = set()
+    for p in [q for q in progs if q.sketch.root and q.blocks(R)][:40]:
+        for _ in range(6):
+            c = mutate_tile_size(ops, p, rng)
+            if c is None or c.split(R, 0) == p.split(R, 0) and c.blocks(R) == p.blocks(R):
+                continue
+            assert c.blocks(R) and not violations(ops, c)
+            (a0, _, c0), (a1, _, c1) = p.split(R, 0).lengths, c.split(R, 0).lengths
+            moved |= {n for n, x, y in (("a", a0, a1), ("c", c0, c1),
+                                        ("block", p.blocks(R)[0], c.blocks(R)[0])) if x != y}
+    assert moved == {"a", "c", "block"}
+
+
+def test_features_count_the_blocks_partial_tiles():
+    ops = ops_of(matmul(256, 512, 384))
+    sk = plain_mlt(generate_sketches(ops, default_cpu_rules()))
+    p = program(sk, (2, 1, 6), (2, 2, 32), (64, 1), block=64)
+    row = program_features(ops, p)[-1]
+    col = FEATURE_NAMES.index
+    # rows: 256 / 128 = 2 workgroups, 2 blocks each, ceil(64 / 6) = 11 register tiles a
+    # block; columns: 384 / 128 = 3 workgroups, 2 S1 tiles each, 2 register tiles.
+    assert row[col("trip_s0")] == pytest.approx(math.log2(1 + 2 * 3))
+    assert row[col("trip_s1")] == pytest.approx(math.log2(1 + 2 * 2))
+    assert row[col("trip_s2")] == pytest.approx(math.log2(1 + 11 * 2))
+
+
+def test_blocked_and_packed_programs_compile_apply_and_match(tools, tmp_path):
+    m = prepared_measurer(tools, tmp_path, matmul(96, 128, 64))
+    sk = next(s for s in m.task.sketches if s.root and len(s.structure) == 1)
+    progs = [program(sk, (1, 1, 6), (2, 1, 32), (64, 1), block=32, pack=1, unroll=4, par=(0,)),
+             program(sk, (1, 2, 4), (2, 2, 16), (32, 1), pack=0, par=(0,)),
+             program(sk, (3, 1, 5), (1, 2, 32), (128, 1), block=16, par=(0,))]
+    assert [violations(m.task.ops, p) for p in progs] == [[]] * 3
+    got = list(m.measure_iter(progs))
+    assert [r.status for r in got] == [Status.OK] * 3, [r.error for r in got]
+
+
+def test_a_packed_root_with_a_fused_consumer_emits():
+    """The consumer is still tiled to rows by the root's S1 tile after the pack (the pack's
+    panel shape once overwrote that tile: IndexError on a depthwise conv + bias)."""
+    from iree.compiler import ir
+
+    from mlir_ansor.transform_scripts.emitter import emit_standalone
+    from tests.conftest import linalg_func
+
+    text = linalg_func("%a: tensor<64x32xf32>, %b: tensor<32x48xf32>", "tensor<64x48xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>)
+       outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+       iterator_types = ["parallel", "parallel"]} ins(%r : tensor<64x48xf32>)
+       outs(%e : tensor<64x48xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %m = arith.maximumf %x, %c0 : f32
+    linalg.yield %m : f32
+  } -> tensor<64x48xf32>
+  return %y : tensor<64x48xf32>""")
+    ops = ops_of(text)
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(0)
+    packed = [p for p in (annotate(ops, sks[i % len(sks)], rng) for i in range(60))
+              if p.sketch.root and p.packed(p.sketch.root)]
+    assert packed and all(p.sketch.consumer_fused for p in packed)
+    def tiles(prog):
+        text = str(emit_standalone(ops, prog))
+        return text, Counter(line.split("tile_sizes")[1].split(":")[0]
+                             for line in text.splitlines() if "tile_using_for" in line)
+
+    with ir.Context(), ir.Location.unknown():
+        for p in packed:
+            text, packed_tiles = tiles(p)
+            assert "copy_tensor_operand" in text
+            # The same tiles as the program unpacked, and one more: the copy's rows.
+            diff = packed_tiles - tiles(with_pack(p, p.sketch.root, None))[1]
+            assert sum(diff.values()) == 1, diff
