@@ -46,8 +46,8 @@ def test_tile_size_mutation_moves_one_factor():
     rng = random.Random(2)
     for p in progs:
         c = mutate_tile_size(ops, p, rng)
-        if c is None:
-            continue
+        if c is None or p.peeled(ops[1].name) or c.peeled(ops[1].name):
+            continue  # micro-kernel loops: tests/test_peel.py, tests/test_pack_and_block.py
         changed = [(a, b) for a, b in zip(p.steps, c.steps)
                    if a != b and isinstance(a, SplitStep)]
         assert len(changed) == 1

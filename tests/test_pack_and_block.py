@@ -135,9 +135,10 @@ def test_mutations_of_a_blocked_loop_stay_valid_and_move_every_decision():
     for p in [q for q in progs if q.sketch.root and q.blocks(R)][:40]:
         for _ in range(6):
             c = mutate_tile_size(ops, p, rng)
-            if c is None or c.split(R, 0) == p.split(R, 0) and c.blocks(R) == p.blocks(R):
+            if c is None or c.split(R, 0) == p.split(R, 0) and c.blocks(R) == p.blocks(R) \
+                    or not c.blocks(R):  # (back to a dividing tile: see the next test)
                 continue
-            assert c.blocks(R) and not violations(ops, c)
+            assert not violations(ops, c)
             (a0, _, c0), (a1, _, c1) = p.split(R, 0).lengths, c.split(R, 0).lengths
             moved |= {n for n, x, y in (("a", a0, a1), ("c", c0, c1),
                                         ("block", p.blocks(R)[0], c.blocks(R)[0])) if x != y}
@@ -208,3 +209,36 @@ def test_a_packed_root_with_a_fused_consumer_emits():
             # The same tiles as the program unpacked, and one more: the copy's rows.
             diff = packed_tiles - tiles(with_pack(p, p.sketch.root, None))[1]
             assert sum(diff.values()) == 1, diff
+
+
+def test_tile_mutations_switch_a_row_loop_between_dividing_and_blocked_tiles():
+    """The workgroup and S1 tiles stay; only the register tile changes kind (4x16 <-> 6x16
+    on a power-of-two matmul), so the search can walk from one to the other."""
+    ops, sks, progs = programs(matmul(256, 512, 384), 300)
+    rng = random.Random(3)
+    to_block = from_block = 0
+    for p in [q for q in progs if q.sketch.root][:120]:
+        for _ in range(10):
+            c = mutate_tile_size(ops, p, rng)
+            if c is None or bool(c.blocks(R)) == bool(p.blocks(R)):
+                continue
+            assert not violations(ops, c)
+            (a, b, k), (a2, b2, k2) = p.split(R, 0).lengths, c.split(R, 0).lengths
+            if c.blocks(R):
+                to_block += 1
+                assert a2 == a and c.blocks(R)[0] == b * k and (b * k) % k2
+            else:
+                from_block += 1
+                assert a2 == a and b2 * k2 == p.blocks(R)[0]
+            # The same program annotation would write: steps in its order.
+            assert [s.kind for s in c.steps] == [s.kind for s in annotate_order(c)]
+    assert to_block >= 5 and from_block >= 5
+
+
+def annotate_order(p):
+    """`p`'s steps in annotation's order: parallel splits, peels, reduction splits, the
+    rest as they are."""
+    par = [s for s in p.steps if isinstance(s, SplitStep) and s.loop in (0, 1)]
+    peel = [s for s in p.steps if isinstance(s, BlockPeelStep)]
+    rest = [s for s in p.steps if s not in par and s not in peel]
+    return par + peel + rest

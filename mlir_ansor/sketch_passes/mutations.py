@@ -12,9 +12,9 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
-                                                 block_choices, block_tiles, pack_candidates,
-                                                 packs_fit, peel_sizes, repair, unroll_choices,
-                                                 violations)
+                                                 block_candidates, block_choices, block_tiles,
+                                                 pack_candidates, packs_fit, peel_sizes, repair,
+                                                 unroll_choices, violations)
 from mlir_ansor.sketch_passes.loops import divisors, eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, Program,
                                               SplitStep, Step, UnrollStep, VectorizeStep)
@@ -88,6 +88,9 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
             return None
         new = SplitStep(step.op, step.loop, (k, one, rng.choice(sizes)))
         return _checked(ops, _replace(prog, step, new), target)
+    if prog.sketch.root and not prog.peeled(base.name) and rng.random() < BLOCK_SWITCH and \
+            step.loop in block_candidates(base, prog.sketch, target=target):
+        return _block(ops, prog, base, step, rng, target)
     levels = split_levels(base, step)
     src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
     if levels[src] == 1:
@@ -99,12 +102,46 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
     return _checked(ops, _replace(prog, step, from_levels(base, step, levels)), target)
 
 
+# Share of tile-size mutations of a blockable loop that switch it between a dividing
+# register tile and a blocked one (the workgroup and S1 tiles kept): without it the search
+# could not walk from 4x16 to 6x16 on a power-of-two matmul.
+BLOCK_SWITCH = 0.2
+
+
+def _block(ops: Sequence[OpInfo], prog: Program, base: OpInfo, step: SplitStep,
+           rng: random.Random, target: Target | None) -> Program | None:
+    """Split (a, b, c) -> blocked (a, 1, c') with block b*c and a c' that leaves a partial
+    tile in it."""
+    a, b, c = step.lengths
+    block, ext = b * c, base.extents[step.loop]
+    cs = [x for x in block_tiles(ext, c * 2) if block % x and x < block]
+    if not cs:
+        return None
+    new = _replace(prog, step, SplitStep(step.op, step.loop, (a, 1, rng.choice(cs))))
+    # Where annotation puts it: after the splits of the parallel loops.
+    last = max(i for i, s in enumerate(new.steps) if isinstance(s, SplitStep) and
+               s.op == base.name and base.iterators[s.loop] == "parallel")
+    steps = list(new.steps)
+    steps.insert(last + 1, BlockPeelStep(base.name, step.loop, block))
+    return _checked(ops, Program(prog.sketch, tuple(steps)), target)
+
+
 def _mutate_block(ops: Sequence[OpInfo], prog: Program, base: OpInfo, step: SplitStep,
                   block: int, rng: random.Random, target: Target | None) -> Program | None:
     """One decision of a blocked loop (a, 1, c) with its block: c, the block (a kept if it
-    still divides) or a."""
+    still divides) or a; or (BLOCK_SWITCH) back to a register tile dividing the block."""
     a, _, c = step.lengths
     ext = base.extents[step.loop]
+    old_peel = next(s for s in prog.steps
+                    if isinstance(s, BlockPeelStep) and s.op == base.name and s.loop == step.loop)
+    if rng.random() < BLOCK_SWITCH:
+        ds = [d for d in divisors(block) if 1 < d <= c * 2]
+        if not ds:
+            return None
+        d = rng.choice(ds)
+        new = _replace(prog, step, SplitStep(step.op, step.loop, (a, block // d, d)))
+        return _checked(ops, Program(prog.sketch, tuple(x for x in new.steps
+                                                        if x is not old_peel)), target)
     what = rng.choice(("c", "block", "a"))
     if what == "c":
         cs = [x for x in block_tiles(ext, c * 2) if x != c and block % x]
@@ -117,8 +154,6 @@ def _mutate_block(ops: Sequence[OpInfo], prog: Program, base: OpInfo, step: Spli
         a = rng.choice(as_) if as_ else a
     if (ext // block) % a:
         a = 1
-    old_peel = next(s for s in prog.steps
-                    if isinstance(s, BlockPeelStep) and s.op == base.name and s.loop == step.loop)
     new = _replace(prog, step, SplitStep(step.op, step.loop, (a, 1, c)))
     new = _replace(new, old_peel, BlockPeelStep(base.name, step.loop, block))
     return _checked(ops, new, target)
