@@ -112,33 +112,23 @@ def _root_nest(op: OpInfo, program: Program) -> _Nest:
     for l, ext in enumerate(op.extents):
         step = program.split(op.name, l)
         lengths = step.lengths if step else ()
-        if l in blocks:  # blocks of `block`; ceil(block / c) register tiles each
-            a, c, block = lengths[0], lengths[-1], blocks[l]
-            wg_tile = a * block if l in distributed else ext
-            nest.trip["s0"] *= ext // wg_tile
-            nest.trip["s1"] *= wg_tile // block
-            nest.trip["s2"] *= -(-block // c)
+        if op.iterators[l] == "parallel" or l in peeled:
+            # (workgroup tile, S1 tile, register tiles per S1 tile, register tile)
+            if l in blocks:  # blocks; ceil(block / c) register tiles each, the last partial
+                a, c = lengths[0], lengths[-1]
+                wg, s1, s2 = (a * blocks[l] if l in distributed else ext), blocks[l], \
+                    -(-blocks[l] // c)
+            elif l in peeled:  # whole above S2; ceil(ext / c) register tiles
+                c = lengths[-1]
+                wg, s1, s2 = ext, ext, -(-ext // c)
+            else:
+                a, b, c = (tuple(1 for _ in range(3 - len(lengths))) + tuple(lengths))[-3:]
+                wg, s1, s2 = (a * b * c if l in distributed else ext), b * c, b
+            nest.trip["s0"] *= ext // wg
+            nest.trip["s1"] *= wg // s1
+            nest.trip["s2"] *= s2
             nest.trip["s3"] *= c
-            for lvl, t in zip(LEVELS, (c, c, block, block, wg_tile)):
-                nest.tiles[lvl][l] = t
-            if op.output_dim_of_loop(l) == last_out:
-                nest.lanes, nest.vector_loop = c, l
-        elif l in peeled:  # whole above S2; ceil(ext / c) register tiles, the last partial
-            c = lengths[-1]
-            nest.trip["s2"] *= -(-ext // c)
-            nest.trip["s3"] *= c
-            for lvl, t in zip(LEVELS, (c, c, ext, ext, ext)):
-                nest.tiles[lvl][l] = t
-            if op.output_dim_of_loop(l) == last_out:
-                nest.lanes, nest.vector_loop = c, l
-        elif op.iterators[l] == "parallel":
-            a, b, c = (tuple(1 for _ in range(3 - len(lengths))) + tuple(lengths))[-3:]
-            wg_tile = a * b * c if l in distributed else ext
-            nest.trip["s0"] *= ext // wg_tile
-            nest.trip["s1"] *= wg_tile // (b * c)
-            nest.trip["s2"] *= b
-            nest.trip["s3"] *= c
-            for lvl, t in zip(LEVELS, (c, c, b * c, b * c, wg_tile)):
+            for lvl, t in zip(LEVELS, (c, c, s1, s1, wg)):
                 nest.tiles[lvl][l] = t
             if op.output_dim_of_loop(l) == last_out:
                 nest.lanes, nest.vector_loop = c, l
