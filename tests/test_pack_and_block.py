@@ -64,6 +64,11 @@ def test_what_a_packed_program_may_not_be():
     # The B slice of a k step of 512 under 64 columns: 128 KiB, over the stack limit.
     big = program(sk, (2, 8, 8), (3, 2, 32), (512, 1), pack=1)
     assert any("exceeds the stack" in e for e in violations(ops, big))
+    # 24 KiB (k steps of 64 under 96 columns) would fit the stack but not the half of it
+    # a panel may take (a fused producer's tile shares the stack).
+    mid = program(sk, (2, 8, 8), (4, 2, 48), (64, 1), pack=1, par=(0,))
+    assert pack_bytes(ops[-1], mid, 1) == 24 << 10
+    assert violations(ops, mid) == ["the packed operand's buffer exceeds the stack"]
     out = program(sk, (2, 8, 8), (3, 2, 32), (64, 1), pack=2)  # the output
     assert any("packed operands" in e for e in violations(ops, out))
     two = Program(sk, ok.steps[:-1] + (PackStep(R, 0), ok.steps[-1]))
