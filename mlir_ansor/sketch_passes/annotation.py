@@ -131,15 +131,20 @@ def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int)
     return tuple(reversed(out))
 
 
+def _may_peel(root: OpInfo, sketch: Sketch) -> bool:
+    """Whether any loop of `root` may peel a partial register tile: not for window ops (their
+    1-D kernels need exact rows) nor with partial sums (rfactor: one kernel copy)."""
+    return window_loops(root) is None and not any(
+        type(s).partial_sum_loop is not StructureStep.partial_sum_loop
+        for s in sketch.structure)
+
+
 def peel_candidates(root: OpInfo, sketch: Sketch, *,
                     target: Target | None = None) -> list[int]:
     """Parallel loops of a root that may be micro-kernel loops (PeelStep): their extent has
     no good register tile (its largest divisor within the inner limit is under half of it,
-    e.g. 197 tokens). Not for window ops (their 1-D kernels need exact rows) nor with partial
-    sums (rfactor: one kernel copy)."""
-    if window_loops(root) is not None or any(
-            type(s).partial_sum_loop is not StructureStep.partial_sum_loop
-            for s in sketch.structure):
+    e.g. 197 tokens), of a root that may peel (`_may_peel`)."""
+    if not _may_peel(root, sketch):
         return []
     unit_rows = unit_loops(root)
     out = []
@@ -221,9 +226,7 @@ def block_candidates(root: OpInfo, sketch: Sketch, *,
     output's contiguous dim, whose partial tile would be a partial vector, nor unit-tile
     rows), of a root that may peel at all (see peel_candidates) and whose extent has good
     register tiles (otherwise the loop is a plain peel candidate)."""
-    if window_loops(root) is not None or any(
-            type(s).partial_sum_loop is not StructureStep.partial_sum_loop
-            for s in sketch.structure):
+    if not _may_peel(root, sketch):
         return []
     last = len(root.output.shape) - 1
     plain = set(peel_candidates(root, sketch, target=target))
@@ -277,10 +280,9 @@ def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
     total = sum(pack_bytes(root, prog, i) for i in packed)
     if total > MAX_PACK_BYTES:
         return False
-    if prog.sketch.local_tile:
-        splits = {l: prog.split(root.name, l).lengths for l in root.parallel_dims}
-        total += _s1_tiles(root, splits, prog.peeled(root.name),
-                           prog.blocks(root.name)) * root.output.elem_bytes
+    if prog.sketch.local_tile:  # the S1 output tile
+        tile = reduction_tile(root, prog)
+        total += math.prod(tile[l] for l in root.parallel_dims) * root.output.elem_bytes
     return total + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 

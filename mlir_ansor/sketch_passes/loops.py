@@ -75,21 +75,39 @@ def unit_loops(op: OpInfo) -> set[int]:
             (batch_loops(op) if op.reduction_dims else set()))
 
 
+def parallel_tiles(op: OpInfo, prog: Program, loop: int,
+                   distributed: bool) -> tuple[int, int, int, int]:
+    """(workgroup tile, S1 tile, register tiles per S1 tile, register tile) of parallel loop
+    `loop` of `op` (the workgroup tile is the extent when the loop is not `distributed`):
+    split (a, b, c): a*b*c, b*c, b, c (shorter splits padded with outer 1s); blocked
+    (a, 1, c): a*block, block, ceil(block / c), c; peeled: whole above S2, ceil(ext / c)
+    register tiles."""
+    ext, step = op.extents[loop], prog.split(op.name, loop)
+    lengths = step.lengths if step else ()
+    blocks = prog.blocks(op.name)
+    if loop in blocks:
+        a, c, block = lengths[0], lengths[-1], blocks[loop]
+        return (a * block if distributed else ext), block, -(-block // c), c
+    if loop in prog.peeled(op.name):
+        c = lengths[-1]
+        return ext, ext, -(-ext // c), c
+    a, b, c = ((1,) * (3 - len(lengths)) + tuple(lengths))[-3:]
+    return (a * b * c if distributed else ext), b * c, b, c
+
+
 def eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
     """Parallel loops whose outermost (workgroup) level has more than one iteration (a
     peeled loop stays whole there)."""
     out = []
-    peeled, blocks = prog.peeled(op.name), prog.blocks(op.name)
+    whole = prog.peeled(op.name) - set(prog.blocks(op.name))
     for l in op.parallel_dims:
-        s = prog.split(op.name, l)
+        if prog.split(op.name, l) is None:
+            continue
         # A dynamic loop always may have several workgroups (its extent is no extent);
         # first, so that a parallel step of any depth keeps it.
-        if s is not None and l in op.dynamic_loops:
+        if l in op.dynamic_loops:
             out.insert(0, l)
-        elif s is not None and l in blocks:
-            if op.extents[l] // (s.lengths[0] * blocks[l]) > 1:
-                out.append(l)
-        elif s is not None and l not in peeled and op.extents[l] // math.prod(s.lengths) > 1:
+        elif l not in whole and op.extents[l] // parallel_tiles(op, prog, l, True)[0] > 1:
             out.append(l)
     return out
 
@@ -98,16 +116,13 @@ def reduction_tile(op: OpInfo, prog: Program) -> dict[int, int]:
     """Per loop of a multi-level-tiled root, the tile one reduction step (R0) works on: the
     S1 tile of each parallel loop (a peeled loop is whole there) and the R0 chunk of each
     reduction loop. A PackStep copies an operand's slice of this tile."""
-    peeled, blocks = prog.peeled(op.name), prog.blocks(op.name)
     tile = {}
     for l, ext in enumerate(op.extents):
         s = prog.split(op.name, l)
         if s is None:
             tile[l] = ext
-        elif l in blocks:
-            tile[l] = blocks[l]
         elif op.iterators[l] == "reduction":
             tile[l] = s.lengths[0]
         else:
-            tile[l] = ext if l in peeled else math.prod(s.lengths[1:])
+            tile[l] = parallel_tiles(op, prog, l, False)[1]
     return tile

@@ -35,7 +35,8 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
-from mlir_ansor.sketch_passes.loops import footprint, op_by_name, span
+from mlir_ansor.sketch_passes.loops import (footprint, op_by_name, parallel_tiles,
+                                            span)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64
@@ -107,23 +108,13 @@ def _root_nest(op: OpInfo, program: Program) -> _Nest:
     nest = _Nest(len(op.extents))
     par = program.find(ParallelStep, op.name)
     distributed = set(par.loops) if par else set()
-    peeled, blocks = program.peeled(op.name), program.blocks(op.name)
+    peeled = program.peeled(op.name)
     last_out = len(op.output.shape) - 1
     for l, ext in enumerate(op.extents):
         step = program.split(op.name, l)
         lengths = step.lengths if step else ()
         if op.iterators[l] == "parallel" or l in peeled:
-            # (workgroup tile, S1 tile, register tiles per S1 tile, register tile)
-            if l in blocks:  # blocks; ceil(block / c) register tiles each, the last partial
-                a, c = lengths[0], lengths[-1]
-                wg, s1, s2 = (a * blocks[l] if l in distributed else ext), blocks[l], \
-                    -(-blocks[l] // c)
-            elif l in peeled:  # whole above S2; ceil(ext / c) register tiles
-                c = lengths[-1]
-                wg, s1, s2 = ext, ext, -(-ext // c)
-            else:
-                a, b, c = (tuple(1 for _ in range(3 - len(lengths))) + tuple(lengths))[-3:]
-                wg, s1, s2 = (a * b * c if l in distributed else ext), b * c, b
+            wg, s1, s2, c = parallel_tiles(op, program, l, l in distributed)
             nest.trip["s0"] *= ext // wg
             nest.trip["s1"] *= wg // s1
             nest.trip["s2"] *= s2
