@@ -46,8 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trials", type=_non_negative_int, default=96,
                    help="measurements in total (default 96)")
     p.add_argument("--target", default="llvm-cpu",
-                   help="llvm-cpu (this machine; the only one that can be tuned here), or a "
+                   help="llvm-cpu (this machine, default), aarch64 (Neoverse N1: checked "
+                        "under qemu, ranked by llvm-mca; needs --allow-unmeasured), or a "
                         "target name / JSON file (mlir_ansor/targets.py)")
+    p.add_argument("--allow-unmeasured", action="store_true",
+                   help="tune a target no runner here can time (another architecture): "
+                        "candidates are checked under qemu and ranked by the cost model and "
+                        "llvm-mca; the hand-back is marked unmeasured")
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=_positive_int, default=4,
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
-            size_samples=args.size_samples))
+            size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

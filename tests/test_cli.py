@@ -8,6 +8,7 @@ import pytest
 
 from mlir_ansor import tune
 from mlir_ansor.errors import FrontendError, OutputError, ToolchainError, UsageError
+from mlir_ansor.targets import host
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -55,7 +56,12 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--early-stop", "-2"], "--early-stop"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--target", "cuda"], "(cuda-sm80): tuning needs a runner for that device"),
-    (["--target", "aarch64"], "(aarch64-neon): tuning needs a runner for that device"),
+    (["--target", "aarch64"], "(aarch64-neon): no runner on that hardware can be reached "
+                              "from this"),
+    (["--target", "aarch64"], "pass --allow-unmeasured to tune that way"),
+    (["--allow-unmeasured"], "--allow-unmeasured is for a target this machine cannot run"),
+    (["--target", "x86_64-avx512" if host().device_kind != "x86_64-avx512" else "x86_64-avx2"],
+     "tuning needs a runner for that device"),
     (["--reuse", "nope.jsonl"], "records file to reuse not found: nope.jsonl"),
     (["--cost-model", "nope.json"], "cost model file not found: nope.json"),
     (["--cost-model", "README.md"], "cost model README.md: cannot be read"),

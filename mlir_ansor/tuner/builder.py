@@ -18,9 +18,11 @@ from typing import Callable, Protocol, Sequence
 from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.tuner.procs import run_isolated
+from mlir_ansor.tuner.runner import asm_dir
 from mlir_ansor.tuner.status import Status, internal_error, is_out_of_memory
 
 CONFIG_DUMP_FLAG = "--iree-hal-dump-executable-configurations-to"
+CANDIDATE_ARTIFACT = "cand.vmfb"  # the module a build writes into its out_dir
 
 
 class LibraryKind(str, Enum):
@@ -117,9 +119,10 @@ class LocalBuilder:
         lib = item.out_dir / ("library.mlir" if item.kind == LibraryKind.STRATEGY
                               else "spec.mlir")
         lib.write_text(item.library)
-        artifact = item.out_dir / "cand.vmfb"
+        artifact = item.out_dir / CANDIDATE_ARTIFACT
         configs = item.out_dir / "configs"
         shutil.rmtree(configs, ignore_errors=True)  # an earlier build's dump must not vouch
+        shutil.rmtree(asm_dir(artifact), ignore_errors=True)  # nor its assembly
         artifact.unlink(missing_ok=True)
         use = ("--iree-codegen-transform-dialect-library" if item.kind == LibraryKind.STRATEGY
                else "--iree-codegen-tuning-spec-path")

@@ -22,7 +22,7 @@ from typing import Callable
 from mlir_ansor.dynamic import parse_dynamic, read_shape_weights
 from mlir_ansor.errors import OutputError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
-from mlir_ansor.targets import TargetError, get_target, host
+from mlir_ansor.targets import Target, TargetError, get_target, host
 from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.policies import POLICIES
@@ -35,9 +35,15 @@ from mlir_ansor.tuner.stages.reporting import write_report
 from mlir_ansor.tuner.stages.searching import search
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.stages.task_forming import form_tasks
-from mlir_ansor.tuner.toolchain import Toolchain
+from mlir_ansor.tuner.toolchain import toolchain_for
 
 OBJECTIVES = ("f1", "f2", "f3", "f4")
+
+
+def unmeasured(target: Target) -> bool:
+    """A CPU target of another architecture than this machine's: its modules run here only
+    under qemu (checked, not timed)."""
+    return target.backend == "llvm-cpu" and target.arch != host().arch
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,10 @@ class TuneOptions:
     # How many sizes of each range a dynamic task is measured at (dynamic.tune_sizes): more
     # cover the range better, each costs a run per candidate.
     size_samples: int = 5
+    # A CPU of another architecture (aarch64 here) without a runner on that device:
+    # candidates are checked under qemu and ranked by llvm-mca (tuner/mca.py), never
+    # timed; their strategies are handed back only when the user accepts that.
+    allow_unmeasured: bool = False
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -123,10 +133,20 @@ class TuneOptions:
         except TargetError as e:
             raise UsageError(str(e)) from e
         here = host()
-        if target.device_kind != here.device_kind:
+        if unmeasured(target):
+            if not self.allow_unmeasured:
+                raise UsageError(
+                    f"--target {self.target} ({target.device_kind}): no runner on that "
+                    f"hardware can be reached from this {here.device_kind} machine; "
+                    "candidates would be checked under qemu and ranked by llvm-mca, not "
+                    "timed: pass --allow-unmeasured to tune that way")
+        elif target.device_kind != here.device_kind:
             raise UsageError(f"--target {self.target} ({target.device_kind}): tuning needs a "
                              f"runner for that device, and this machine is "
                              f"{here.device_kind} (no remote runner can be reached from here)")
+        elif self.allow_unmeasured:
+            raise UsageError(f"--allow-unmeasured is for a target this machine cannot run "
+                             f"natively; {self.target} runs here and is timed")
         for spec in self.dynamic:
             parse_dynamic(spec)  # a bad spec ends here, before any work
         if self.size_samples < 2:
@@ -179,8 +199,11 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     """The state before the first stage: options checked, output folder, tools."""
     opts.check()
     prepare_output(Path(opts.out))
-    kind = get_target(opts.target).device_kind
-    return RunState(opts, Toolchain.find(), MeasureConfig(target=opts.target, device_kind=kind),
+    target = get_target(opts.target)
+    tools = toolchain_for(target)  # a cross target: its runtime under qemu, or an error
+    # Proxy ratings are a device kind of their own: never compared with real timings.
+    kind = target.device_kind + ("-mca" if tools.emulated else "")
+    return RunState(opts, tools, MeasureConfig(target=opts.target, device_kind=kind),
                     Context(kind, environment()["iree"]), reporter or ConsoleReporter())
 
 

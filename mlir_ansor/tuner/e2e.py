@@ -32,6 +32,8 @@ class EndToEnd:
     default_differs: str = ""
     # A dynamic model, timed at every checked size too: (label, torch s, default s, tuned s).
     by_size: tuple[tuple[str, float, float, float], ...] = ()
+    # False: checked only (a cross target run under qemu); the times are NaN.
+    measured: bool = True
 
     @property
     def speedup(self) -> float:
@@ -258,6 +260,10 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
             out["tuned"] = lambda: module_times(tools, tuned_vmfb, paths, cfg)
         return out
 
+    if tools.emulated:  # checked under qemu: emulated time says nothing of the device
+        nan = math.nan
+        return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
+                        tuple(label for label, _ in checks), differs, (), measured=False)
     t = interleaved(timers(inputs, in_paths), rounds)
     by_size = []
     for (label, xs), paths in zip(checks, check_paths):

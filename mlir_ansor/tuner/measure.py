@@ -26,12 +26,15 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lowering_config,
                                                       tuning_spec_text)
 from mlir_ansor.tuner import records as rec
-from mlir_ansor.tuner.builder import (CONFIG_DUMP_FLAG, Builder, BuildInput, BuildResult,
+from mlir_ansor.tuner.builder import (CANDIDATE_ARTIFACT, CONFIG_DUMP_FLAG, Builder, BuildInput, BuildResult,
                                       LibraryKind, LocalBuilder, applied_strategies,
                                       emit_and_build, first_error_line,
                                       single_configuration)
 from mlir_ansor.tuner.procs import ProcResult, run_isolated
-from mlir_ansor.tuner.runner import LocalRunner, Runner, RunInput, Timing
+from mlir_ansor.targets import get_target
+from mlir_ansor.tuner.mca import find_mca
+from mlir_ansor.tuner.runner import (LocalRunner, ProxyRunner, Runner, RunInput, Timing,
+                                     asm_dir)
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import SizeSample, Task, parse_tensor_type, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
@@ -75,7 +78,7 @@ class MeasureConfig:
     def runner(self, tools: Toolchain) -> LocalRunner:
         return LocalRunner(tools.run, tools.benchmark, self.run_timeout_s, self.run_mem_bytes,
                            Timing(self.repetitions, self.min_time_s, self.warmup_s),
-                           self.rtol, self.atol)
+                           self.rtol, self.atol, tools.launcher)
 
 
 def default_pipeline(configured: str) -> str:
@@ -85,6 +88,7 @@ def default_pipeline(configured: str) -> str:
 
 
 TASK_RESUME_FLAG = "--compile-from=global-optimization"
+FILES_DUMP_FLAG = "--iree-hal-dump-executable-files-to"
 
 
 def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
@@ -173,6 +177,10 @@ class TaskMeasurer:
         self.clock = clock or WallTime()  # compile and measure time of the candidates
         self.builder = builder or cfg.builder(tools)
         self.runner = runner or cfg.runner(tools)
+        if runner is None and tools.emulated:  # checked under qemu, rated by llvm-mca
+            target = get_target(cfg.target)
+            self.runner = ProxyRunner(cfg.runner(tools), float(task.flops), target.triple,
+                                      target.cpu, find_mca())
         self.dir = Path(workdir) / task.task_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.src = self.dir / "task.mlir"
@@ -213,7 +221,7 @@ class TaskMeasurer:
         self.src = abi_src
         vmfb = self.dir / "default.vmfb"
         cfg_dir = self.dir / "default_configs"
-        res = self._compile(vmfb, extra=[f"{CONFIG_DUMP_FLAG}={cfg_dir}"],
+        res = self._compile(vmfb, extra=[f"{CONFIG_DUMP_FLAG}={cfg_dir}", *self._asm_flags(vmfb)],
                             timeout_s=self.cfg.prepare_timeout_s)
         if res.returncode != 0:
             raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed: "
@@ -292,9 +300,16 @@ class TaskMeasurer:
         return all(self.runner.run(self.run_input(artifact, pt, time=False)).status == Status.OK
                    for pt in self.points)
 
+    def _asm_flags(self, artifact: Path) -> tuple[str, ...]:
+        """The assembly dump a proxy runner rates (only where the module cannot be timed)."""
+        if not self.tools.emulated:
+            return ()
+        return (f"{FILES_DUMP_FLAG}={asm_dir(artifact)}",)
+
     def build_input(self, program: Program, out_dir: Path) -> BuildInput:
         """The candidate for the builder: our emitter's library for `program`."""
-        flags = (*target_flags(self.cfg.target), TASK_RESUME_FLAG)
+        flags = (*target_flags(self.cfg.target), TASK_RESUME_FLAG,
+                 *self._asm_flags(out_dir / CANDIDATE_ARTIFACT))
         if is_template(program):
             text = tuning_spec_text([SpecEntry(self.task.task_id, self.task.task_mlir,
                                                self.task.ops, program, self.pipeline)])

@@ -13,6 +13,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from mlir_ansor.tuner import mca
 from mlir_ansor.tuner.procs import ProcResult, run_isolated, signal_name
 from mlir_ansor.tuner.status import Status, is_out_of_memory
 from mlir_ansor.tuner.validation import outputs_match
@@ -75,6 +76,9 @@ class LocalRunner:
     timing: Timing = field(default_factory=Timing)
     rtol: float = 1e-4
     atol: float = 1e-5
+    # Prepended to every tool command: e.g. qemu for another architecture's tools
+    # (tuner/emulation.py); such a runner validates, its timings mean nothing.
+    launcher: tuple[str, ...] = ()
 
     def run(self, item: RunInput) -> RunResult:
         if item.reference:
@@ -90,7 +94,7 @@ class LocalRunner:
         """The module's results on `inputs` (written under `out_dir`), or the failure."""
         out_dir.mkdir(parents=True, exist_ok=True)
         outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
-        cmd = [self.run_tool, f"--module={artifact}", "--function=main",
+        cmd = [*self.launcher, self.run_tool, f"--module={artifact}", "--function=main",
                *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
@@ -116,7 +120,7 @@ class LocalRunner:
         `quick`: one repetition of one iteration."""
         t = self.timing
         reps, min_time = (1, "1x") if quick else (t.repetitions, f"{t.min_time_s}s")
-        cmd = [self.benchmark_tool, f"--module={artifact}", "--function=main",
+        cmd = [*self.launcher, self.benchmark_tool, f"--module={artifact}", "--function=main",
                *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
                f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
         if not quick and t.warmup_s > 0:
@@ -142,3 +146,37 @@ class LocalRunner:
             if first.status != Status.OK or first.samples_s[0] > item.slow_cutoff_s:
                 return first
         return self.benchmark(item.artifact, item.inputs)
+
+
+def asm_dir(artifact: Path) -> Path:
+    """Where a candidate's executable files (assembly) are dumped: beside its module, one
+    module per folder."""
+    return artifact.parent / "files"
+
+
+@dataclass(frozen=True)
+class ProxyRunner:
+    """For a device this machine cannot time: outputs are checked by `validator` (the
+    device's tools under qemu), and the "time" is llvm-mca's estimate of the task on the
+    target CPU from the assembly dumped beside the module (`mca.estimate`). Its results
+    are unmeasured: records carry a device kind of their own (`<kind>-mca`)."""
+
+    validator: LocalRunner
+    task_flops: float
+    triple: str
+    cpu: str
+    mca: str
+
+    def run(self, item: RunInput) -> RunResult:
+        if item.reference:
+            res = self.validator.validate(item)
+            if res.status != Status.OK:
+                return res
+        if not item.time:
+            return RunResult(Status.OK)
+        try:
+            est = mca.estimate(sorted(asm_dir(item.artifact).glob("*.s")), self.task_flops,
+                               self.triple, self.cpu, self.mca)
+        except mca.ProxyError as e:
+            return RunResult(Status.RUN_ERROR, (), f"llvm-mca proxy: {e}")
+        return RunResult(Status.OK, (est.seconds,))

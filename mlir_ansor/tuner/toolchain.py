@@ -1,6 +1,7 @@
 """Where the IREE tools are, and the compile flags of a target."""
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,7 +9,8 @@ import iree.compiler
 import iree.runtime
 
 from mlir_ansor.errors import ToolchainError
-from mlir_ansor.targets import get_target
+from mlir_ansor.targets import Target, get_target
+from mlir_ansor.tuner.emulation import Emulator
 
 
 def _tool(pkg_dir: Path, name: str) -> str:
@@ -27,6 +29,13 @@ class Toolchain:
     compile: str
     run: str
     benchmark: str
+    # Prepended to `run` / `benchmark` commands: qemu for another architecture's runtime
+    # tools (tuner/emulation.py). Empty: they run natively.
+    launcher: tuple[str, ...] = ()
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.launcher)
 
     @staticmethod
     def find() -> "Toolchain":
@@ -34,6 +43,18 @@ class Toolchain:
         r = Path(iree.runtime.__file__).parent.parent  # iree/_runtime_libs
         return Toolchain(_tool(c, "iree-compile"), _tool(r, "iree-run-module"),
                          _tool(r, "iree-benchmark-module"))
+
+
+def toolchain_for(target: Target) -> Toolchain:
+    """The tools that compile for `target` here and run its modules: natively, or for a
+    CPU of another architecture its own runtime tools under qemu (which check outputs but
+    cannot time)."""
+    native = Toolchain.find()
+    if target.backend != "llvm-cpu" or target.arch == platform.machine():
+        return native
+    emu = Emulator.find(target.arch, target.cpu)
+    return Toolchain(native.compile, emu.tool("iree-run-module"),
+                     emu.tool("iree-benchmark-module"), emu.launcher())
 
 
 def target_flags(target: str) -> tuple[str, ...]:

@@ -21,7 +21,12 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     opts, tools = state.opts, state.tools
     notes = []
     base = m.dir / "model.mlir"
-    relayout = opts.layout_rewrite and get_target(opts.target).backend == "llvm-cpu"
+    # The layouts are chosen by timing whole models: not where modules cannot be timed.
+    relayout = (opts.layout_rewrite and get_target(opts.target).backend == "llvm-cpu"
+                and not tools.emulated)
+    if opts.layout_rewrite and tools.emulated:
+        notes.append(f"Layout rewrite skipped for {m.name}: its choice times whole models, "
+                     "and this target's modules run here only under emulation")
     activation = None
     if relayout and channels_first_convs(base.read_text()):
         try:

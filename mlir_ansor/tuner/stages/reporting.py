@@ -4,10 +4,12 @@ report.json in the output folder."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS
+from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
 from mlir_ansor.tuner.report_plot import plot_tuning_curve
@@ -172,6 +174,16 @@ def e2e_parts(state: RunState) -> list[str]:
     for m in state.models:
         e = hb.e2e[m.name]
         changed = bool(e.applied) or hb.layout(m.name, state.forms[m.name]).changed
+        if not e.measured:
+            match = (f"outputs match IREE's default, not torch: {e.default_differs}"
+                     if e.default_differs else "outputs match torch")
+            kept = ("tuned module handed back: UNMEASURED (ranked by llvm-mca, "
+                    "--allow-unmeasured)" if hb.wins[m.name] else
+                    "no strategy beat IREE's default in the proxy: tuned = default module")
+            parts.append(f"End to end (model {m.name}): run under qemu, {match}, max abs "
+                         f"error {e.max_error:.2e}, {len(e.applied)} strategies applied; "
+                         f"not timed (emulated time says nothing of the device); {kept}")
+            continue
         rows = [["latency ms", fmt_ms(e.torch_s), fmt_ms(e.default_s), fmt_ms(e.tuned_s)],
                 ["speedup vs IREE default", f"{e.default_s / e.torch_s:.2f}x", "1.00x",
                  f"{e.default_s / e.tuned_s:.2f}x"]]
@@ -206,12 +218,22 @@ def _plan_json(plan) -> dict | None:
                         for k, progs in plan.choices.items()}}
 
 
+def _num(x: float) -> float | None:
+    """JSON has no NaN: an untimed figure is null."""
+    return None if math.isnan(x) else x
+
+
 def write_report(state: RunState) -> RunState:
     hb, out = state.handback, state.out
-    peak = measure_peak_gflops()  # in this run: machines and their load change
+    if state.tools.emulated:  # the times are llvm-mca's proxy: this machine's peak is moot
+        peak = None
+        peak_line = (f"UNMEASURED: ms and GFLOP/s are llvm-mca estimates of the hot loop at "
+                     f"{CLOCK_HZ / 1e9:.1f} GHz (tuner/mca.py), outputs checked under qemu")
+    else:
+        peak = measure_peak_gflops()  # in this run: machines and their load change
+        peak_line = (f"f32 FMA peak measured now: {peak:.1f} GFLOP/s" if peak else
+                     "f32 FMA peak not measured (no gcc)")
     headers, rows, fails = task_rows(state, peak)
-    peak_line = (f"f32 FMA peak measured now: {peak:.1f} GFLOP/s" if peak else
-                 "f32 FMA peak not measured (no gcc)")
     parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
              f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
     parts.append(f"Search wall time: {state.clock.line()}")
@@ -223,8 +245,9 @@ def write_report(state: RunState) -> RunState:
     measured = {}
     for m in state.models:
         e, tag = hb.e2e[m.name], ("" if state.single else f" {m.name}")
-        measured.update({f"IREE default{tag}": e.default_s, f"tuned{tag}": e.tuned_s,
-                         f"torch eager{tag}": e.torch_s})
+        if e.measured:
+            measured.update({f"IREE default{tag}": e.default_s, f"tuned{tag}": e.tuned_s,
+                             f"torch eager{tag}": e.torch_s})
     names = [m.name for m in state.models]
     plot_tuning_curve(out / "tuning_curve.png", list(state.records),
                       {t.key: t.weight for t in state.tunable},
@@ -242,8 +265,10 @@ def write_report(state: RunState) -> RunState:
         "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]]) for r in rows],
-        "e2e": {m.name: {"torch_s": e.torch_s, "default_s": e.default_s,
-                         "tuned_s": e.tuned_s, "applied": list(e.applied),
+        "unmeasured": state.tools.emulated,
+        "e2e": {m.name: {"torch_s": _num(e.torch_s), "default_s": _num(e.default_s),
+                         "tuned_s": _num(e.tuned_s), "measured": e.measured,
+                         "applied": list(e.applied),
                          "max_abs_error": e.max_error, "also_checked_at": list(e.checked),
                          "default_differs_from_torch": e.default_differs,
                          "by_size": [dict(zip(("size", "torch_s", "default_s", "tuned_s"), r))
