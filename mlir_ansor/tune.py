@@ -49,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="llvm-cpu (this machine, default), aarch64 (Neoverse N1: checked "
                         "under qemu, ranked by llvm-mca; needs --allow-unmeasured), or a "
                         "target name / JSON file (mlir_ansor/targets.py)")
+    p.add_argument("--ray", default="", metavar="ADDRESS",
+                   help="compile and measure on a Ray cluster (auto: the one this machine "
+                        "belongs to): builds go to nodes with a 'builder' resource, timings to "
+                        "a node offering the device kind (e.g. x86_64-avx2) as a resource; "
+                        "needs pip install 'mlir-ansor[ray]'")
     p.add_argument("--allow-unmeasured", action="store_true",
                    help="tune a target no runner here can time (another architecture): "
                         "candidates are checked under qemu and ranked by the cost model and "
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
-            size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured))
+            size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured,
+            ray=args.ray))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

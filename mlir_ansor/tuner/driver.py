@@ -15,16 +15,17 @@ Each stage lives in `tuner/stages/` and can be called alone on a state (the test
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from mlir_ansor.dynamic import parse_dynamic, read_shape_weights
-from mlir_ansor.errors import OutputError, UsageError
+from mlir_ansor.errors import OutputError, ToolchainError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import Target, TargetError, get_target, host
 from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.measure import MeasureConfig
+from mlir_ansor.tuner.runner import Timing
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
 from mlir_ansor.tuner.reporters import ConsoleReporter, Reporter, StageStarted
@@ -101,6 +102,9 @@ class TuneOptions:
     # candidates are checked under qemu and ranked by llvm-mca (tuner/mca.py), never
     # timed; their strategies are handed back only when the user accepts that.
     allow_unmeasured: bool = False
+    # A Ray cluster ("auto" or an address) that compiles (nodes with a `builder` resource)
+    # and measures (an actor on a node offering the device kind as a resource); "": here.
+    ray: str = ""
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -147,6 +151,15 @@ class TuneOptions:
         elif self.allow_unmeasured:
             raise UsageError(f"--allow-unmeasured is for a target this machine cannot run "
                              f"natively; {self.target} runs here and is timed")
+        if self.ray and unmeasured(target):
+            raise UsageError(f"--ray with --target {self.target}: a target checked here under "
+                             "emulation is measured on this machine only")
+        if self.ray:
+            from mlir_ansor.tuner.distributed import _ray
+            try:
+                _ray()
+            except ToolchainError as e:
+                raise UsageError(str(e)) from None
         for spec in self.dynamic:
             parse_dynamic(spec)  # a bad spec ends here, before any work
         if self.size_samples < 2:
@@ -168,6 +181,15 @@ class TuneResult:
     out: Path
     library: Path | None  # the exported transform library (None: nothing beat IREE)
     tuned_vmfb: Path  # the compiled tuned model
+
+
+def remote_note(state: RunState) -> str:
+    """What Ray did: where work went and what was lost."""
+    b, r = state.builder, state.runner
+    return (f"Ray ({state.opts.ray}): candidates compiled on the cluster's builder nodes, "
+            f"measured on a {r.device_kind} runner node; after a lost worker "
+            f"{b.resent + r.resent} sent again, {b.lost + r.lost} recorded as "
+            "'run_error: worker lost'; the end-to-end check ran on this machine")
 
 
 def prepare_output(out: Path) -> None:
@@ -203,8 +225,18 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     tools = toolchain_for(target)  # a cross target: its runtime under qemu, or an error
     # Proxy ratings are a device kind of their own: never compared with real timings.
     kind = target.device_kind + ("-mca" if tools.emulated else "")
-    return RunState(opts, tools, MeasureConfig(target=opts.target, device_kind=kind),
-                    Context(kind, environment()["iree"]), reporter or ConsoleReporter())
+    cfg = MeasureConfig(target=opts.target, device_kind=kind)
+    builder = runner = None
+    if opts.ray:
+        from mlir_ansor.tuner.distributed import RayBuilder, RayRunner, connect
+        owns = connect(opts.ray)
+        builder = RayBuilder(cfg.compile_timeout_s, cfg.compile_mem_bytes,
+                             owns_connection=owns)
+        runner = RayRunner(kind, cfg.run_timeout_s, cfg.run_mem_bytes,
+                           Timing(cfg.repetitions, cfg.min_time_s, cfg.warmup_s), cfg.rtol,
+                           cfg.atol)
+    return RunState(opts, tools, cfg, Context(kind, environment()["iree"]),
+                    reporter or ConsoleReporter(), builder=builder, runner=runner)
 
 
 def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
@@ -215,12 +247,19 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
     try:
         state = load_models(state, factory)
         for i, (name, detail, stage) in enumerate(STAGES, 1):
+            if name == "report" and opts.ray:
+                state = replace(state, notes=state.notes + (remote_note(state),))
             state.report(StageStarted(i, len(STAGES), name, detail.format(
                 models=", ".join(m.name for m in state.models), tunable=len(state.tunable),
                 tasks=len(state.tasks), trials=opts.trials)))
             state = stage(state)
     finally:
         state.report.close()
+        if opts.ray:
+            from mlir_ansor.tuner.distributed import disconnect
+            state.runner.close()
+            if state.builder.owns_connection:
+                disconnect()
     first = state.models[0]
     won = state.handback.wins[first.name]
     return TuneResult(state.summary, state.out, state.handback.library,

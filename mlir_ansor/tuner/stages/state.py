@@ -10,9 +10,11 @@ from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.tuner.layouts import ActivationChoice, Alternative, ModelLayout
+from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
 from mlir_ansor.tuner.reporters import Reporter
+from mlir_ansor.tuner.runner import Runner
 from mlir_ansor.tuner.size_plan import SizePlan
 from mlir_ansor.tuner.tasks import SizeSample, Task
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -99,6 +101,10 @@ class RunState:
     clock: WallTime = field(default_factory=WallTime)  # where the search's time went
     handback: HandBack | None = None
     summary: str = ""  # the printed report
+    # Where candidates are compiled and measured (None: on this machine, MeasureConfig's
+    # local builder and runner), e.g. Ray's (tuner/distributed.py).
+    builder: Builder | None = None
+    runner: Runner | None = None
 
     @property
     def out(self) -> Path:

@@ -51,7 +51,7 @@ def form_tasks(state: RunState) -> RunState:
         if not t.tunable:
             continue
         m = TaskMeasurer(t, state.out / "tasks", state.tools, state.cfg, seed=state.opts.seed,
-                         clock=state.clock)
+                         builder=state.builder, runner=state.runner, clock=state.clock)
         try:
             m.prepare()  # re-reads the task on the payload codegen will see
         except UnsupportedDispatch as e:  # no baseline or reference: left to IREE

@@ -1,0 +1,106 @@
+"""Tuning through a Ray cluster (tuner/distributed.py): a local cluster of two worker nodes
+(custom resources, no dashboard) compiles and measures; a node removed in the middle of the
+run loses no trial and duplicates none."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from mlir_ansor.targets import host  # noqa: E402
+from mlir_ansor.tuner import distributed  # noqa: E402
+from mlir_ansor.tuner.driver import TuneOptions, run  # noqa: E402
+from mlir_ansor.tuner.reporters import Measured, Silent  # noqa: E402
+from mlir_ansor.tuner.runner import RunInput  # noqa: E402
+from mlir_ansor.tuner.status import Status  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+KIND = host().device_kind
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0,
+                                                      "include_dashboard": False})
+    nodes = [c.add_node(num_cpus=1, resources={"builder": 1, KIND: 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+class _RemoveNodeAfter(Silent):
+    """Removes the node that hosts the runner actor after the n-th measurement."""
+
+    def __init__(self, cluster, nodes, n: int):
+        self.cluster, self.nodes, self.n, self.seen, self.removed = cluster, nodes, n, 0, None
+
+    def __call__(self, event) -> None:
+        if isinstance(event, Measured):
+            self.seen += 1
+            if self.seen == self.n:
+                # The runner's actor sits on the first node (by id) offering the device.
+                first = distributed.RayRunner(KIND).device_nodes()[0]
+                node = next(nd for nd in self.nodes if nd.node_id == first)
+                # From another thread, as a machine going away would: builds may be running.
+                t = threading.Thread(target=self.cluster.remove_node, args=(node,))
+                t.start()
+                t.join()
+                self.removed = first
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_runner_records_a_twice_lost_candidate(tmp_path, monkeypatch):
+    """Lost on the first try and on the resend: recorded as run_error 'worker lost'."""
+    runner = distributed.RayRunner(KIND)
+    calls = []
+
+    class Lost:
+        class run:  # noqa: N801 - an actor's method handle
+            @staticmethod
+            def remote(files, item):
+                calls.append(item)
+                raise ray.exceptions.NodeDiedError("the node is gone")
+
+    monkeypatch.setattr(runner, "actor", lambda: Lost())
+    f = tmp_path / "m.vmfb"
+    f.write_bytes(b"x")
+    res = runner.run(RunInput(f, ()))
+    assert res.status == Status.RUN_ERROR and res.error == distributed.WORKER_LOST
+    assert len(calls) == 2 and runner.resent == 1 and runner.lost == 1
+
+
+def test_no_runner_for_the_device_kind(cluster):
+    with pytest.raises(Exception, match="no node of the Ray cluster offers the resource"):
+        distributed.RayRunner("riscv64-v128").actor()
+
+
+def test_tune_through_ray_survives_a_lost_node(cluster, tmp_path):
+    c, nodes = cluster
+    reporter = _RemoveNodeAfter(c, nodes, n=4)
+    out = tmp_path / "out"
+    res = run(TuneOptions(model=MLP, trials=8, batch=4, out=out, ray=c.address),
+              reporter=reporter)
+    assert reporter.removed is not None
+    recs = _records(out)
+    # Every trial accounted for, none twice.
+    assert len(recs) == 8
+    assert len({(r["task_key"], r["program_key"]) for r in recs}) == 8
+    assert all(r["device_kind"] == KIND for r in recs)
+    # The actor went with its node: the next candidate was sent again to a new actor on
+    # the surviving node and measured there.
+    assert sum(r["status"] == "ok" for r in recs[4:]) >= 3
+    resent = re.search(r"after a lost worker (\d+) sent again, (\d+) recorded", res.report)
+    assert resent and int(resent.group(1)) >= 1, res.report[-800:]
+    assert ray.is_initialized()  # the test's connection is the test's to close
