@@ -4,7 +4,7 @@
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
-CROSS := $(VENV)/.cross-aarch64
+DEVICES := $(VENV)/.devices
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,15 +12,15 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# AArch64 from this machine: qemu, the arm64 libc, llvm-mca, the aarch64 IREE runtime.
-$(CROSS): $(STAMP) tools/setup_cross.sh
-	tools/setup_cross.sh $(VENV)/bin/python
-	touch $(CROSS)
+# Devices beyond this machine: qemu, the arm64 libc, llvm-mca, the aarch64 IREE runtime, sshd.
+$(DEVICES): $(STAMP) tools/setup_devices.sh
+	tools/setup_devices.sh $(VENV)/bin/python
+	touch $(DEVICES)
 
 .PHONY: tune test
 tune: $(STAMP)
 	$(VENV)/bin/python -m mlir_ansor.tune resnet_block --out ansor_out
 
-test: $(STAMP) $(CROSS)
+test: $(STAMP) $(DEVICES)
 	$(VENV)/bin/python -m pytest -q -rs
 	$(VENV)/bin/lit -v lit_tests

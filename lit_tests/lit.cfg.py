@@ -14,7 +14,7 @@ bindir = os.path.dirname(sys.executable)
 config.substitutions.append(("%PYTHON", sys.executable))
 config.substitutions.append(("FileCheck", os.path.join(bindir, "filecheck")))
 config.substitutions.append(("%DATA", os.path.join(root, "tests", "data")))
-# Tests of AArch64 code need llvm-mca >= 17 (tools/setup_cross.sh installs llvm-19); without
+# Tests of AArch64 code need llvm-mca >= 17 (tools/setup_devices.sh installs llvm-19); without
 # it lit lists them as UNSUPPORTED.
 sys.path.insert(0, root)
 from mlir_ansor.errors import ToolchainError  # noqa: E402

@@ -54,6 +54,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "belongs to): builds go to nodes with a 'builder' resource, timings to "
                         "a node offering the device kind (e.g. x86_64-avx2) as a resource; "
                         "needs pip install 'mlir-ansor[ray]'")
+    p.add_argument("--ssh", default="", metavar="[USER@]HOST[:PORT]",
+                   help="check and time the candidates on a device reached by ssh (key "
+                        "login) that has IREE's runtime tools; its kind must be --target's")
+    p.add_argument("--ssh-key", default="", metavar="FILE", help="identity file for --ssh")
+    p.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
+                   help="an ssh -o option for --ssh (repeatable), e.g. Port=2222")
+    p.add_argument("--ssh-tools", default="", metavar="DIR",
+                   help="folder of iree-run-module and iree-benchmark-module on the ssh "
+                        "device (default: its PATH)")
     p.add_argument("--allow-unmeasured", action="store_true",
                    help="tune a target no runner here can time (another architecture): "
                         "candidates are checked under qemu and ranked by the cost model and "
@@ -120,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             early_stop=args.early_stop, cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
             size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured,
-            ray=args.ray))
+            ray=args.ray, ssh=args.ssh, ssh_key=args.ssh_key, ssh_tools=args.ssh_tools,
+            ssh_options=tuple(args.ssh_option)))
     except AnsorError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -1,7 +1,7 @@
 """AArch64 from this x86 machine: candidates cross-compiled, checked under qemu with the
 aarch64 IREE runtime, rated by llvm-mca (unmeasured), and the hand-back run under qemu.
 
-The tools come from `make test` (tools/setup_cross.sh: Debian qemu-user, the arm64 cross
+The tools come from `make test` (tools/setup_devices.sh: Debian qemu-user, the arm64 cross
 libc, llvm-19, and the aarch64 iree-base-runtime wheel). Where set-up could not install
 them (not root), the tests that need them are skipped with the reason printed (`-rs`)."""
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _mca() -> str | None:
 
 EMU = _emulator()
 needs_qemu = pytest.mark.skipif(EMU is None, reason="qemu-aarch64, the arm64 cross libc or "
-                                "the aarch64 IREE runtime not installed (tools/setup_cross.sh "
+                                "the aarch64 IREE runtime not installed (tools/setup_devices.sh "
                                 "needs root + apt)")
 needs_mca = pytest.mark.skipif(_mca() is None, reason="llvm-mca >= 17 not installed "
                                "(apt-get install llvm-19)")

@@ -26,6 +26,7 @@ from mlir_ansor.targets import Target, TargetError, get_target, host
 from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.runner import Timing
+from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
 from mlir_ansor.tuner.reporters import ConsoleReporter, Reporter, StageStarted
@@ -105,6 +106,12 @@ class TuneOptions:
     # A Ray cluster ("auto" or an address) that compiles (nodes with a `builder` resource)
     # and measures (an actor on a node offering the device kind as a resource); "": here.
     ray: str = ""
+    # A device reached by ssh ("[user@]host[:port]") that checks and times the candidates
+    # with its own IREE runtime tools (in `ssh_tools`, else on its PATH).
+    ssh: str = ""
+    ssh_key: str = ""
+    ssh_tools: str = ""
+    ssh_options: tuple[str, ...] = ()  # more `ssh -o` options
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -137,7 +144,21 @@ class TuneOptions:
         except TargetError as e:
             raise UsageError(str(e)) from e
         here = host()
-        if unmeasured(target):
+        if self.ssh:
+            SshDevice.parse(self.ssh)  # a bad spec ends here
+            if self.ray:
+                raise UsageError("--ssh and --ray: choose one runner")
+            if self.allow_unmeasured:
+                raise UsageError("--allow-unmeasured with --ssh: the ssh device times the "
+                                 "candidates")
+            # Reference outputs are made here: natively, or under qemu for another arch.
+            if target.backend != "llvm-cpu" or (not unmeasured(target)
+                                                and target.device_kind != here.device_kind):
+                raise UsageError(f"--ssh with --target {self.target} ({target.device_kind}): "
+                                 "the reference outputs are computed on this "
+                                 f"{here.device_kind} machine, natively or under qemu, "
+                                 "which cannot run that target")
+        elif unmeasured(target):
             if not self.allow_unmeasured:
                 raise UsageError(
                     f"--target {self.target} ({target.device_kind}): no runner on that "
@@ -224,9 +245,17 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     target = get_target(opts.target)
     tools = toolchain_for(target)  # a cross target: its runtime under qemu, or an error
     # Proxy ratings are a device kind of their own: never compared with real timings.
-    kind = target.device_kind + ("-mca" if tools.emulated else "")
+    kind = target.device_kind + ("-mca" if tools.emulated and not opts.ssh else "")
     cfg = MeasureConfig(target=opts.target, device_kind=kind)
     builder = runner = None
+    if opts.ssh:
+        device = replace(SshDevice.parse(opts.ssh, opts.ssh_key, opts.ssh_tools),
+                         ssh_options=tuple(opts.ssh_options))
+        runner = SshRunner(device,
+                           cfg.run_timeout_s,
+                           Timing(cfg.repetitions, cfg.min_time_s, cfg.warmup_s), cfg.rtol,
+                           cfg.atol)
+        runner.prepare(kind)  # the device is the target's kind and has the tools
     if opts.ray:
         from mlir_ansor.tuner.distributed import RayBuilder, RayRunner, connect
         owns = connect(opts.ray)
@@ -255,7 +284,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
             state = stage(state)
     finally:
         state.report.close()
-        if opts.ray:
+        if opts.ray and state.builder is not None:
             from mlir_ansor.tuner.distributed import disconnect
             state.runner.close()
             if state.builder.owns_connection:

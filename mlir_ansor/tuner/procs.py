@@ -7,6 +7,7 @@ The cap is set by `sh -c 'ulimit -v'` before exec rather than a `preexec_fn`, wh
 documented as unsafe with threads (compiles run on a thread pool)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -70,25 +71,35 @@ def capped(cmd: Sequence[str], mem_bytes: int | None) -> list[str]:
 
 
 def run_isolated(cmd: Sequence[str], timeout_s: float, mem_bytes: int | None = None,
-                 env: dict | None = None) -> ProcResult:
+                 env: dict | None = None, stdin_file: str | os.PathLike | None = None,
+                 stdout_file: str | os.PathLike | None = None) -> ProcResult:
     """Run `cmd` in a new session, capped at `mem_bytes` of address space; kill the whole
-    group on timeout."""
+    group on timeout. `stdin_file` / `stdout_file`: bytes from / to files (stdout is then
+    not captured)."""
     if LIVE.closed:
         raise Interrupted("the tuner is stopping")
-    proc = subprocess.Popen(capped(cmd, mem_bytes), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True, env=env)
+    with contextlib.ExitStack() as files:
+        fin = files.enter_context(open(stdin_file, "rb")) if stdin_file else subprocess.DEVNULL
+        fout = (files.enter_context(open(stdout_file, "wb")) if stdout_file
+                else subprocess.PIPE)
+        proc = subprocess.Popen(capped(cmd, mem_bytes), stdin=fin, stdout=fout,
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True, env=env)
+        return _wait(proc, timeout_s)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> ProcResult:
     try:
         LIVE.add(proc.pid)
         if LIVE.closed:  # kill_all ran between the check above and the registration
             raise Interrupted("the tuner is stopping")
         try:
             out, err = proc.communicate(timeout=timeout_s)
-            return ProcResult(proc.returncode, out, err, False)
+            return ProcResult(proc.returncode, out or "", err or "", False)
         except subprocess.TimeoutExpired:
             _kill(proc)
             out, err = proc.communicate()
-            return ProcResult(-signal.SIGKILL, out, err, True)
+            return ProcResult(-signal.SIGKILL, out or "", err or "", True)
     except BaseException:  # Ctrl-C, SIGTERM, shutdown: the child must not outlive us
         _kill(proc)
         raise

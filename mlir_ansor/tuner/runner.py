@@ -56,7 +56,7 @@ class Runner(Protocol):
         ...
 
 
-def _failure(res: ProcResult, timeout_s: float) -> RunResult:
+def failure(res: ProcResult, timeout_s: float) -> RunResult:
     if res.timed_out:
         return RunResult(Status.RUN_TIMEOUT, (), f"run exceeded {timeout_s}s")
     if is_out_of_memory(res.stderr):
@@ -98,7 +98,7 @@ class LocalRunner:
                *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
-            return None, _failure(res, self.timeout_s)
+            return None, failure(res, self.timeout_s)
         missing = [p.name for p in outs if not p.exists()]
         if missing:
             return None, RunResult(Status.RUN_ERROR, (), f"no results written: {missing}")
@@ -127,7 +127,7 @@ class LocalRunner:
             cmd.append(f"--benchmark_min_warmup_time={t.warmup_s}")
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
-            return _failure(res, self.timeout_s)
+            return failure(res, self.timeout_s)
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
         try:
             data = json.loads(res.stdout)

@@ -177,9 +177,11 @@ def e2e_parts(state: RunState) -> list[str]:
         if not e.measured:
             match = (f"outputs match IREE's default, not torch: {e.default_differs}"
                      if e.default_differs else "outputs match torch")
-            kept = ("tuned module handed back: UNMEASURED (ranked by llvm-mca, "
-                    "--allow-unmeasured)" if hb.wins[m.name] else
-                    "no strategy beat IREE's default in the proxy: tuned = default module")
+            how = "by llvm-mca" if state.proxied else "by the device's timings"
+            kept = ((f"tuned module handed back, its strategies ranked {how}; the whole "
+                     "model is UNMEASURED" + (" (--allow-unmeasured)" if state.proxied else ""))
+                    if hb.wins[m.name] else
+                    f"no strategy beat IREE's default {how}: tuned = default module")
             parts.append(f"End to end (model {m.name}): run under qemu, {match}, max abs "
                          f"error {e.max_error:.2e}, {len(e.applied)} strategies applied; "
                          f"not timed (emulated time says nothing of the device); {kept}")
@@ -225,7 +227,7 @@ def _num(x: float) -> float | None:
 
 def write_report(state: RunState) -> RunState:
     hb, out = state.handback, state.out
-    if state.tools.emulated:  # the times are llvm-mca's proxy: this machine's peak is moot
+    if state.proxied:  # the times are llvm-mca's proxy: this machine's peak is moot
         peak = None
         peak_line = (f"UNMEASURED: ms and GFLOP/s are llvm-mca estimates of the hot loop at "
                      f"{CLOCK_HZ / 1e9:.1f} GHz (tuner/mca.py), outputs checked under qemu")
@@ -265,7 +267,7 @@ def write_report(state: RunState) -> RunState:
         "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]]) for r in rows],
-        "unmeasured": state.tools.emulated,
+        "unmeasured": state.proxied,
         "e2e": {m.name: {"torch_s": _num(e.torch_s), "default_s": _num(e.default_s),
                          "tuned_s": _num(e.tuned_s), "measured": e.measured,
                          "applied": list(e.applied),

@@ -111,6 +111,12 @@ class RunState:
         return Path(self.opts.out)
 
     @property
+    def proxied(self) -> bool:
+        """Candidates are rated by llvm-mca, not timed: run here under emulation with no
+        runner on the device."""
+        return self.tools.emulated and self.runner is None
+
+    @property
     def single(self) -> bool:
         return len(self.models) == 1
 

@@ -1,0 +1,128 @@
+"""Offline batches (tuner/offline.py, mlir_ansor/offline.py): prepare a batch here, run it
+"on the device" (this machine, as a separate process that only has the batch folder and
+IREE's runtime tools), import its results, hand back a library, and check the end-to-end
+batch; a cuda batch is written and refuses to run without a GPU."""
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlir_ansor import offline
+from mlir_ansor.targets import host
+from mlir_ansor.tuner.offline import BatchError, read_results
+from mlir_ansor.tuner.toolchain import Toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+TOOLS = str(Path(Toolchain.find().run).parent)
+
+
+def _run_batch(batch: Path, *args: str) -> subprocess.CompletedProcess:
+    # From another folder, as on a device that has nothing but the batch.
+    return subprocess.run([sys.executable, str(batch / "run_batch.py"), *args], cwd="/",
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("offline") / "run"
+    offline.prepare(MLP, "llvm-cpu", 6, out)
+    return out
+
+
+def test_batch_round_trip(prepared):
+    out, batch = prepared, prepared / "batch"
+    manifest = json.loads((batch / "manifest.json").read_text())
+    names = [i["name"] for i in manifest["items"]]
+    assert "t0_default" in names and sum("_c" in n for n in names) >= 4
+    assert manifest["device"] == "local-task"
+    res = _run_batch(batch, "--tools", TOOLS)
+    assert res.returncode == 0, res.stderr[-1000:]
+    lines = (batch / "results.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["device_kind"] == host().device_kind
+    assert len(lines) == 1 + len(names)
+    # A rerun skips what is done: no line twice.
+    assert _run_batch(batch, "--tools", TOOLS).returncode == 0
+    assert len((batch / "results.jsonl").read_text().splitlines()) == 1 + len(names)
+
+    text = offline.finish(out)
+    assert f"ran on {host().device_kind}" in text
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == len(names) - sum(n.endswith("_default") for n in names)
+    assert {r["device_kind"] for r in recs} == {host().device_kind}
+    assert sum(r["status"] == "ok" for r in recs) >= 3
+    offline.finish(out)  # importing the same results again adds nothing
+    assert len((out / "records.jsonl").read_text().splitlines()) == len(recs)
+    assert (out / "build.sh").exists() and (out / "e2e_batch" / "run_batch.py").exists()
+
+    res = _run_batch(out / "e2e_batch", "--tools", TOOLS)
+    assert res.returncode == 0, res.stderr[-1000:]
+    line = offline.report(out)
+    assert line.startswith(f"End to end on {host().device_kind}") and "matched torch" in line
+
+
+def test_wrong_outputs_are_caught_on_the_device(prepared, tmp_path):
+    """The device side checks with the tuner's own rule (batch_check.py, a copy)."""
+    check = runpy.run_path(str(prepared / "batch" / "batch_check.py"))["outputs_match"]
+    a = np.ones((4, 4), np.float32)
+    assert check([a], [a]) == "" and "elements off" in check([a + 1], [a])
+
+
+def test_bad_results_files(prepared, tmp_path):
+    batch = prepared / "batch"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"batch": "x", "device_kind": "k"}\n')
+    with pytest.raises(BatchError, match="a result of batch 'x'"):
+        read_results(batch, bad)
+    good = (batch / "results.jsonl").read_text() if (batch / "results.jsonl").exists() \
+        else ""
+    bad.write_text(good + "{torn\n")
+    with pytest.raises(BatchError, match=r"bad.jsonl:\d+: corrupt results line"):
+        read_results(batch, bad)
+    with pytest.raises(BatchError, match="cannot read"):
+        read_results(batch, tmp_path / "none.jsonl")
+
+
+def test_cuda_batch_is_ptx_and_needs_a_gpu(tmp_path):
+    out = tmp_path / "cuda"
+    offline.prepare(MLP, "cuda", 2, out)
+    manifest = json.loads((out / "batch" / "manifest.json").read_text())
+    assert manifest["device"] == "cuda" and manifest["target"] == "cuda"
+    cands = [i for i in manifest["items"] if i["program"] is not None]
+    assert cands and all(i["program"]["sketch"].get("gpu") for i in cands)
+    for i in manifest["items"]:  # modules hold a cuda executable (PTX), not an ELF
+        data = (out / "batch" / i["module"]).read_bytes()
+        assert b"cuda" in data and b"embedded-elf" not in data
+    res = _run_batch(out / "batch", "--tools", TOOLS)
+    assert res.returncode != 0 and "nvidia-smi finds none" in res.stderr
+
+
+def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
+    """Results in which one candidate beat IREE's default (its time halved in a copy of the
+    device's results): finish keeps it, and the model built with the library has it applied
+    and matches torch in the end-to-end batch."""
+    batch = prepared / "batch"
+    if not (batch / "results.jsonl").exists():
+        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
+    lines = [json.loads(x) for x in (batch / "results.jsonl").read_text().splitlines()]
+    default = next(r for r in lines if r.get("name") == "t0_default")
+    cand = next(r for r in lines if r.get("name", "").startswith("t0_c") and
+                r["status"] == "ok")
+    cand["latency_s"] = default["latency_s"] / 2
+    faked = tmp_path / "results.jsonl"
+    faked.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = offline.finish(prepared, faked)
+    assert "1 strategies in tuned_library.mlir" in text and "2.00x" in text
+    build = (prepared / "build.sh").read_text()
+    assert 'model="$here/"model_tuned.mlir' in build
+    names = [i["name"] for i in json.loads(
+        (prepared / "e2e_batch" / "manifest.json").read_text())["items"]]
+    assert names == ["model_default", "model_tuned"]
+    assert _run_batch(prepared / "e2e_batch", "--tools", TOOLS).returncode == 0
+    assert "both matched torch" in offline.report(prepared)
