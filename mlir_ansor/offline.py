@@ -108,7 +108,7 @@ def prepare(model: str, target: str, trials: int, out: Path, seed: int = 0,
         host = TaskMeasurer(t, out / "reference", tools, cfg, seed=seed)
         host.prepare()
         pt = host.points[0]
-        items.append(BatchItem(f"t{i}_default", p.default, pt.inputs, pt.reference,
+        items.append(BatchItem(f"{t.task_id}_default", p.default, pt.inputs, pt.reference,
                                pt.magnitude, t.key, None, "default"))
         n = trials // len(tasks) + (1 if i < trials % len(tasks) else 0)
         progs, keys = [], set()
@@ -122,10 +122,11 @@ def prepare(model: str, target: str, trials: int, out: Path, seed: int = 0,
         for j, (prog, b) in enumerate(zip(progs, check_programs(t, progs, work, tools,
                                                                   target))):
             if b.status == Status.OK:
-                items.append(BatchItem(f"t{i}_c{j}", b.artifact, pt.inputs, pt.reference,
+                items.append(BatchItem(f"{t.task_id}_c{j}", b.artifact, pt.inputs, pt.reference,
                                        pt.magnitude, t.key, prog.to_json(), prog.key))
             else:
-                print(f"t{i} candidate {j}: {b.status}: {b.error[:120]}", file=sys.stderr)
+                print(f"{t.task_id} candidate {j}: {b.status}: {b.error[:120]}",
+                      file=sys.stderr)
     batch = out / "batch"
     bid = write_batch(batch, items, target=target, device=_device(target),
                       iree_runtime=runtime_version(), timing=Timing(), rtol=cfg.rtol,

@@ -56,6 +56,7 @@ from pathlib import Path
 from mlir_ansor.errors import AnsorError
 
 BACKENDS = ("llvm-cpu", "cuda")
+IREE_NEWEST_SM = 89  # the newest cuda architecture IREE 3.13 can configure kernels for
 _SM = re.compile(r"sm_\d+")
 
 
@@ -129,11 +130,19 @@ class Target:
             isa = f"v{self.vector_bits}"
         return f"{self.arch}-{isa}"
 
+    @property
+    def ptx_sm(self) -> str:
+        """The architecture the PTX is generated for: `sm` up to the newest IREE 3.13
+        describes. It has no target details for sm_90 and newer ("missing GPU target in
+        #hal.executable.target", iree-org/iree#22147): those get sm_89 PTX, which the
+        driver compiles for the newer GPU (PTX is forward compatible)."""
+        return self.sm if int(self.sm[3:]) <= IREE_NEWEST_SM else f"sm_{IREE_NEWEST_SM}"
+
     def compile_flags(self) -> tuple[str, ...]:
         """The iree-compile flags that build for this target."""
         if self.backend == "cuda":
             # PTX without a GPU or the CUDA toolkit (running needs a GPU machine).
-            return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.sm}")
+            return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={self.ptx_sm}")
         flags = ("--iree-hal-target-device=local",
                  "--iree-hal-local-target-device-backends=llvm-cpu")
         if self.cpu == "host":  # LLVM detects the CPU and its features itself

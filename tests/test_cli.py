@@ -56,6 +56,11 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--early-stop", "-2"], "--early-stop"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--target", "cuda"], "(cuda-sm80): tuning needs a runner for that device"),
+    (["--target", "cuda:sm_90"], "offline batch: python -m mlir_ansor.offline prepare MODEL "
+                                 "--target cuda:sm_90"),
+    (["--ssh", "box:x"], "--ssh box:x: expected [USER@]HOST[:PORT]"),
+    (["--ssh", "box", "--ray", "auto"], "--ssh and --ray: choose one runner"),
+    (["--ssh", "box", "--target", "cuda"], "the reference outputs are computed on this"),
     (["--target", "aarch64"], "(aarch64-neon): no runner on that hardware can be reached "
                               "from this"),
     (["--target", "aarch64"], "pass --allow-unmeasured to tune that way"),

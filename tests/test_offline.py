@@ -40,7 +40,7 @@ def test_batch_round_trip(prepared):
     out, batch = prepared, prepared / "batch"
     manifest = json.loads((batch / "manifest.json").read_text())
     names = [i["name"] for i in manifest["items"]]
-    assert "t0_default" in names and sum("_c" in n for n in names) >= 4
+    assert sum(n.endswith("_default") for n in names) == 2 and sum("_c" in n for n in names) >= 4
     assert manifest["device"] == "local-task"
     res = _run_batch(batch, "--tools", TOOLS)
     assert res.returncode == 0, res.stderr[-1000:]
@@ -101,6 +101,22 @@ def test_cuda_batch_is_ptx_and_needs_a_gpu(tmp_path):
         assert b"cuda" in data and b"embedded-elf" not in data
     res = _run_batch(out / "batch", "--tools", TOOLS)
     assert res.returncode != 0 and "nvidia-smi finds none" in res.stderr
+    # What a GPU's results would do (fabricated here: no GPU): every task's first
+    # candidate twice as fast as IREE's default; finish builds the model's PTX with all of
+    # them applied (compile_model checks) and writes the cuda end-to-end batch.
+    lines = [{"batch": manifest["batch"], "device_kind": "cuda-sm80", "device": {}}]
+    for i in manifest["items"]:
+        first = i["name"].endswith(("_default", "_c0"))
+        lat = 1e-3 if i["program"] is None else 5e-4 if first else 2e-3
+        lines.append({"batch": manifest["batch"], "name": i["name"], "status": "ok",
+                      "latency_s": lat, "samples_s": [lat], "time": 1.0})
+    (out / "batch" / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    text = offline.finish(out)
+    n_tasks = sum(i["program"] is None for i in manifest["items"])
+    assert f"{n_tasks} strategies in tuned_library.mlir" in text
+    e2e = json.loads((out / "e2e_batch" / "manifest.json").read_text())
+    assert e2e["device"] == "cuda" and [i["name"] for i in e2e["items"]] == \
+        ["model_default", "model_tuned"]
 
 
 def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
@@ -111,8 +127,9 @@ def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
     if not (batch / "results.jsonl").exists():
         assert _run_batch(batch, "--tools", TOOLS).returncode == 0
     lines = [json.loads(x) for x in (batch / "results.jsonl").read_text().splitlines()]
-    default = next(r for r in lines if r.get("name") == "t0_default")
-    cand = next(r for r in lines if r.get("name", "").startswith("t0_c") and
+    default = next(r for r in lines if r.get("name", "").endswith("_default"))
+    task = default["name"][:-len("_default")]
+    cand = next(r for r in lines if r.get("name", "").startswith(f"{task}_c") and
                 r["status"] == "ok")
     cand["latency_s"] = default["latency_s"] / 2
     faked = tmp_path / "results.jsonl"

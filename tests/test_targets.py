@@ -100,8 +100,12 @@ def test_flags_per_target():
     assert target_flags("x86_64-avx512") == base + (
         "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=znver4")
     assert target_flags("cuda") == ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80")
+    # IREE 3.13 cannot configure sm_90 kernels (iree-org/iree#22147): sm_89 PTX, which the
+    # driver compiles for an H100; the records still say cuda-sm90.
     assert target_flags("cuda:sm_90") == ("--iree-hal-target-device=cuda",
-                                          "--iree-cuda-target=sm_90")
+                                          "--iree-cuda-target=sm_89")
+    assert target_flags("cuda:sm_86")[-1] == "--iree-cuda-target=sm_86"
+    assert get_target("cuda:sm_90").device_kind == "cuda-sm90"
     sve = dataclasses.replace(AARCH64, name="v1", cpu="neoverse-v1", features=("+sve",))
     assert sve.compile_flags()[-1] == "--iree-llvmcpu-target-cpu-features=+sve"
     assert sve.device_kind == "aarch64-sve"

@@ -166,9 +166,12 @@ class TuneOptions:
                     "candidates would be checked under qemu and ranked by llvm-mca, not "
                     "timed: pass --allow-unmeasured to tune that way")
         elif target.device_kind != here.device_kind:
+            via = (f"; tune it through an offline batch: python -m mlir_ansor.offline "
+                   f"prepare MODEL --target {self.target} ..." if target.backend == "cuda"
+                   else " (its reference outputs could not be computed here)")
             raise UsageError(f"--target {self.target} ({target.device_kind}): tuning needs a "
                              f"runner for that device, and this machine is "
-                             f"{here.device_kind} (no remote runner can be reached from here)")
+                             f"{here.device_kind}{via}")
         elif self.allow_unmeasured:
             raise UsageError(f"--allow-unmeasured is for a target this machine cannot run "
                              f"natively; {self.target} runs here and is timed")
