@@ -90,7 +90,8 @@ def test_tune_through_ray_survives_a_lost_node(cluster, tmp_path):
     c, nodes = cluster
     reporter = _RemoveNodeAfter(c, nodes, n=4)
     out = tmp_path / "out"
-    res = run(TuneOptions(model=MLP, trials=8, batch=4, out=out, ray=c.address),
+    res = run(TuneOptions(model=MLP, trials=8, batch=4, out=out, ray=c.address, top_k=1,
+                          layout_rewrite=False),
               reporter=reporter)
     assert reporter.removed is not None
     recs = _records(out)

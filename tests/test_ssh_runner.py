@@ -118,7 +118,9 @@ def test_unreachable_device_is_a_clear_error(tmp_path):
 
 def test_tune_with_the_ssh_runner(device, tmp_path):
     out = tmp_path / "out"
+    # (No layout rewrite: the runner is under test, not the layouts; it halves the time.)
     cmd = [sys.executable, "-m", "mlir_ansor.tune", MLP, "--trials", "4", "--out", str(out),
+           "--no-layout-rewrite",
            "--ssh", f"{device.host}:{device.port}", "--ssh-key", device.key,
            "--ssh-tools", device.tools_dir, *[x for o in OPTIONS for x in ("--ssh-option", o)]]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -11,8 +11,16 @@ BERT-base encoder layer, batch 1, sequence 1..512; attention's reductions over t
 IREE's default). Every module's outputs are checked against torch at every size before it is
 timed; a mismatch prints FAILED and stops. Prints the per-size table (size, torch, IREE
 default, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
-size dispatcher, which branch each size takes and what each task runs there. Not yet here
-(issue 17): per-size static tuning and static bucketing as further columns.
+size dispatcher, which branch each size takes and what each task runs there.
+
+`--static-trials N` adds the ways users cope today, at the same sizes:
+  per-size   our static tuner once per size (N trials each), each size its own module;
+  bucketed   pad to the next of 64, 128, 256, 512, 1024 (within the range), each bucket
+             tuned statically (N trials); the input is zero-padded to the bucket and the
+             output sliced (the copy is not timed: a lower bound for bucketing). Only where
+             padding keeps the rows independent (mlp); bert pads its sequence, which
+             changes attention without a mask: no bucketed column.
+with their tuning times and module sizes, and ours against them (geometric means).
 """
 from __future__ import annotations
 
@@ -59,6 +67,19 @@ def bert():
 
 
 WORKLOADS = {"mlp": mlp, "bert": bert}
+BUCKETS = (64, 128, 256, 512, 1024)
+PADDABLE = {"mlp"}  # rows independent: zero rows change no other row's result
+
+
+def static_module(model, x: torch.Tensor, trials: int, out: Path) -> tuple[Path, float]:
+    """Our static tuner on one input shape: (the handed-back module, tuning seconds)."""
+    start = time.monotonic()
+    tuned = tune(model, (x,), trials=trials, out=out)
+    return Path(tuned.vmfb), time.monotonic() - start
+
+
+def bucket_of(n: int, hi: int) -> int:
+    return next((b for b in BUCKETS if b >= n and b <= hi), hi)
 
 
 def kernels_at(run_dir: Path):
@@ -93,6 +114,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("bench_out/dynamic"))
     ap.add_argument("--tuned", type=Path, help="an earlier run's output folder (no tuning)")
+    ap.add_argument("--static-trials", type=int, default=0,
+                    help="also per-size static tuning and static bucketing, N trials each "
+                         "(0: not)")
     args = ap.parse_args()
     model, inputs, spec = WORKLOADS[args.workload]()
     out = args.out / args.workload
@@ -123,46 +147,95 @@ def main() -> int:
         vmfbs[label] = vmfb
     lo, hi = (int(v) for v in spec.split("=")[1].split(".."))
     dim = int(spec.split(":")[1].split("=")[0])
-    rows = []
-    for n in check_sizes(lo, hi):
+    sizes = check_sizes(lo, hi)
+
+    def example(n: int) -> torch.Tensor:
         shape = list(inputs[0].shape)
         shape[dim] = n
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(n))
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(n))
+
+    # The baselines: one static module per size, one per bucket (tuned at the bucket size).
+    static: dict[int, Path] = {}
+    bucketed: dict[int, Path] = {}
+    static_s = bucket_s = 0.0
+    if args.static_trials:
+        for n in sizes:
+            static[n], took = static_module(model, example(n), args.static_trials,
+                                            out / "static" / f"n{n}")
+            static_s += took
+        if args.workload in PADDABLE:
+            for b in sorted({bucket_of(n, hi) for n in sizes}):
+                bucketed[b], took = static_module(model, example(b), args.static_trials,
+                                                  out / "bucket" / f"b{b}")
+                bucket_s += took
+    rows = []
+    for n in sizes:
+        x = example(n)
         d = out / f"size{n}"
         d.mkdir(exist_ok=True)
         np.save(d / "in0.npy", x.numpy())
         refs, mags = torch_reference(model, (x,))
-        for label, vmfb in vmfbs.items():
-            got, err = run_outputs(tools, vmfb, [d / "in0.npy"], len(refs), d / label[:4], cfg)
+        here = dict(vmfbs)
+        if n in static:
+            here["per-size"] = static[n]
+        paths = {label: [d / "in0.npy"] for label in here}
+        if bucketed:
+            b = bucket_of(n, hi)
+            pad = list(x.shape)
+            pad[dim] = b - n
+            np.save(d / "padded.npy", torch.cat([x, torch.zeros(*pad)], dim).numpy())
+            here["bucketed"] = bucketed[b]
+            paths["bucketed"] = [d / "padded.npy"]
+        for label, vmfb in here.items():
+            got, err = run_outputs(tools, vmfb, paths[label], len(refs), d / label[:4], cfg)
+            if not err and label == "bucketed":  # the padded rows are dropped
+                got = [g.take(range(n), axis=dim) for g in got]
             bad = err or outputs_match(got, refs, mags, cfg.model_rtol, cfg.atol)
             if bad:
                 print(f"FAILED: {label} at size {n}: {bad}")
                 return 1
         timers = {"torch eager": lambda: torch_times(model, (x,), cfg)}
-        timers.update({label: partial(module_times, tools, vmfb, [d / "in0.npy"], cfg)
-                       for label, vmfb in vmfbs.items()})
+        timers.update({label: partial(module_times, tools, vmfb, paths[label], cfg)
+                       for label, vmfb in here.items()})
         times = interleaved(timers, args.rounds)
         rows.append((n, {k: lower_quartile(v) for k, v in times.items()}))
     print(f"{args.workload}, dynamic {spec}: latency ms (lower quartile of "
           f"{args.rounds} interleaved rounds), outputs checked against torch at every size")
     runs = kernels_at(run_dir)
-    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} {'tuned':>9} {'vs IREE':>8} {'vs torch':>8}"
-          "  tuned runs")
+    extra = [k for k in ("per-size", "bucketed") if k in rows[0][1]]
+
+    def ms(t: dict, k: str) -> str:
+        return f"{t[k] * 1e3:9.3f}" if k in t else f"{'-':>9}"
+
+    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} " + "".join(f"{k:>9} " for k in extra)
+          + f"{'ours':>9} {'vs IREE':>8} {'vs torch':>8}  ours runs")
     for n, t in rows:
-        print(f"{n:>6} {t['torch eager'] * 1e3:9.3f} {t['IREE default'] * 1e3:9.3f} "
-              f"{t['tuned'] * 1e3:9.3f} {t['IREE default'] / t['tuned']:7.2f}x "
+        print(f"{n:>6} {ms(t, 'torch eager')} {ms(t, 'IREE default')} "
+              + "".join(f"{ms(t, k)} " for k in extra)
+              + f"{ms(t, 'tuned')} {t['IREE default'] / t['tuned']:7.2f}x "
               f"{t['torch eager'] / t['tuned']:7.2f}x  {runs(n)}")
 
     def geo(a: str) -> float:
         return math.exp(sum(math.log(t[a] / t["tuned"]) for _, t in rows) / len(rows))
 
-    print(f"geometric mean: {geo('IREE default'):.2f}x IREE default, "
-          f"{geo('torch eager'):.2f}x torch eager")
+    print(f"geometric mean of ours: {geo('IREE default'):.2f}x IREE default, "
+          f"{geo('torch eager'):.2f}x torch eager"
+          + "".join(f", {geo(k):.2f}x {k}" for k in extra))
     if tuning_s is not None:
-        print(f"tuning time: {tuning_s:.0f} s ({args.trials} trials)")
-    print("module sizes: " + ", ".join(f"{k} {v.stat().st_size / 1e6:.2f} MB"
-                                       for k, v in vmfbs.items()))
-    (out / "table.json").write_text(json.dumps({"rows": rows, "tuning_s": tuning_s}))
+        print(f"tuning time: ours {tuning_s:.0f} s ({args.trials} trials)"
+              + (f"; per-size {static_s:.0f} s ({len(static)} x {args.static_trials} trials, "
+                 f"ours is {tuning_s / static_s:.2f} of it)" if static else "")
+              + (f"; bucketed {bucket_s:.0f} s ({len(bucketed)} buckets x "
+                 f"{args.static_trials} trials)" if bucketed else ""))
+    sizes_mb = {k: v.stat().st_size / 1e6 for k, v in vmfbs.items()}
+    if static:
+        sizes_mb["per-size (all)"] = sum(v.stat().st_size for v in static.values()) / 1e6
+    if bucketed:
+        sizes_mb["bucketed (all)"] = sum(v.stat().st_size for v in bucketed.values()) / 1e6
+    print("module sizes: " + ", ".join(f"{k} {v:.2f} MB" for k, v in sizes_mb.items()))
+    (out / "table.json").write_text(json.dumps({"rows": rows, "tuning_s": tuning_s,
+                                                "per_size_s": static_s,
+                                                "bucketed_s": bucket_s}))
     return 0
 
 
