@@ -133,3 +133,36 @@ def no_internal_errors_in_records(tmp_path_factory):
                     bad.append(f"{f}:{n}: {rec.get('error', '')[:200]}")
     if bad:
         pytest.fail("internal errors recorded by tuning runs: " + "; ".join(bad[:5]))
+
+
+def compiled_matmul(tmp_path: Path, target: str, extra_flags: tuple[str, ...] = ()
+                    ) -> tuple[Path, list[Path]]:
+    """A 64^3 matmul module built for `target` into tmp_path/c/cand.vmfb (one module per
+    folder, as a builder leaves it), and the .npy files a runner checks it with: a, b, the
+    right product, a wrong one, and the magnitude bound."""
+    import subprocess
+
+    import numpy as np
+
+    from mlir_ansor.tuner.toolchain import target_flags
+
+    t = "tensor<64x64xf32>"
+    src = tmp_path / "mm.mlir"
+    src.write_text(linalg_func(f"%a: {t}, %b: {t}", t, f"""
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : {t}
+  %f = linalg.fill ins(%c0 : f32) outs(%e : {t}) -> {t}
+  %r = linalg.matmul ins(%a, %b : {t}, {t}) outs(%f : {t}) -> {t}
+  return %r : {t}"""))
+    vmfb = tmp_path / "c" / "cand.vmfb"
+    vmfb.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([Toolchain.find().compile, str(src), *target_flags(target), "-o", str(vmfb),
+                    *extra_flags], check=True)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    paths = []
+    for name, arr in (("a", a), ("b", b), ("ref", a @ b), ("wrong", a @ b + 1),
+                      ("mag", np.abs(a) @ np.abs(b))):
+        paths.append(tmp_path / f"{name}.npy")
+        np.save(paths[-1], arr)
+    return vmfb, paths

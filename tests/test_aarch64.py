@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mlir_ansor.errors import ToolchainError
@@ -20,7 +19,8 @@ from mlir_ansor.tuner import emulation, mca
 from mlir_ansor.tuner.emulation import Emulator
 from mlir_ansor.tuner.runner import LocalRunner, ProxyRunner, RunInput
 from mlir_ansor.tuner.status import Status
-from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from mlir_ansor.tuner.toolchain import Toolchain
+from tests.conftest import compiled_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -113,35 +113,11 @@ def test_missing_qemu_names_the_packages(monkeypatch):
         Emulator.find("riscv64")
 
 
-def _matmul_module(tmp_path: Path, n: int = 64) -> Path:
-    src = tmp_path / "mm.mlir"
-    t = f"tensor<{n}x{n}xf32>"
-    src.write_text(f"""func.func @main(%a: {t}, %b: {t}) -> {t} {{
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : {t}
-  %f = linalg.fill ins(%c0 : f32) outs(%e : {t}) -> {t}
-  %r = linalg.matmul ins(%a, %b : {t}, {t}) outs(%f : {t}) -> {t}
-  return %r : {t}
-}}""")
-    out = tmp_path / "c" / "cand.vmfb"
-    out.parent.mkdir()
-    subprocess.run([Toolchain.find().compile, str(src), *target_flags("aarch64"), "-o", str(out),
-                    f"--iree-hal-dump-executable-files-to={out.parent / 'files'}"], check=True)
-    return out
-
-
 @needs_qemu
 @needs_mca
 def test_proxy_runner_validates_under_qemu_and_rates_with_mca(tmp_path):
-    vmfb = _matmul_module(tmp_path)
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
-    paths = []
-    for name, arr in (("a", a), ("b", b), ("ref", a @ b), ("wrong", a @ b + 1),
-                      ("mag", np.abs(a) @ np.abs(b))):
-        paths.append(tmp_path / f"{name}.npy")
-        np.save(paths[-1], arr)
-    a_p, b_p, ref, wrong, mag = paths
+    dump = f"--iree-hal-dump-executable-files-to={tmp_path / 'c' / 'files'}"
+    vmfb, (a_p, b_p, ref, wrong, mag) = compiled_matmul(tmp_path, "aarch64", (dump,))
     validator = LocalRunner(EMU.tool("iree-run-module"), EMU.tool("iree-benchmark-module"),
                             launcher=EMU.launcher())
     runner = ProxyRunner(validator, 2 * 64 ** 3, "aarch64-unknown-linux-gnu", "neoverse-n1",

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mlir_ansor.errors import UsageError
@@ -20,7 +19,8 @@ from mlir_ansor.targets import host
 from mlir_ansor.tuner.runner import RunInput
 from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.status import Status
-from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from mlir_ansor.tuner.toolchain import Toolchain
+from tests.conftest import compiled_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -64,29 +64,6 @@ def device(tmp_path_factory):
     proc.wait(10)
 
 
-def _module(tmp_path: Path) -> tuple[Path, list[Path]]:
-    t = "tensor<64x64xf32>"
-    src = tmp_path / "mm.mlir"
-    src.write_text(f"""func.func @main(%a: {t}, %b: {t}) -> {t} {{
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : {t}
-  %f = linalg.fill ins(%c0 : f32) outs(%e : {t}) -> {t}
-  %r = linalg.matmul ins(%a, %b : {t}, {t}) outs(%f : {t}) -> {t}
-  return %r : {t}
-}}""")
-    vmfb = tmp_path / "mm.vmfb"
-    subprocess.run([Toolchain.find().compile, str(src), *target_flags("llvm-cpu"), "-o",
-                    str(vmfb)], check=True)
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
-    paths = []
-    for name, arr in (("a", a), ("b", b), ("ref", a @ b), ("wrong", a @ b + 1),
-                      ("mag", np.abs(a) @ np.abs(b))):
-        paths.append(tmp_path / f"{name}.npy")
-        np.save(paths[-1], arr)
-    return vmfb, paths
-
-
 def test_the_device_says_what_it_is(device):
     runner = SshRunner(device)
     runner.prepare(host().device_kind)
@@ -95,7 +72,7 @@ def test_the_device_says_what_it_is(device):
 
 
 def test_check_and_time_on_the_device(device, tmp_path):
-    vmfb, (a, b, ref, wrong, mag) = _module(tmp_path)
+    vmfb, (a, b, ref, wrong, mag) = compiled_matmul(tmp_path, "llvm-cpu")
     runner = SshRunner(device)
     runner.prepare(host().device_kind)
     ok = runner.run(RunInput(vmfb, (a, b), (ref,), (mag,)))
