@@ -71,8 +71,23 @@ BUCKETS = (64, 128, 256, 512, 1024)
 PADDABLE = {"mlp"}  # rows independent: zero rows change no other row's result
 
 
+def finished(out: Path) -> tuple[Path, float] | None:
+    """A finished earlier run in `out`: (its handed-back module, its duration from the
+    import to the report, by file times), else None."""
+    report = out / "report.json"
+    if not report.exists():
+        return None
+    which = next(iter(json.loads(report.read_text())["e2e"].values()))["handed_back"]
+    took = report.stat().st_mtime - (out / "model.mlir").stat().st_mtime
+    return out / "e2e" / ("tuned.vmfb" if which == "tuned" else "default.vmfb"), took
+
+
 def static_module(model, x: torch.Tensor, trials: int, out: Path) -> tuple[Path, float]:
-    """Our static tuner on one input shape: (the handed-back module, tuning seconds)."""
+    """Our static tuner on one input shape: (the handed-back module, tuning seconds). A
+    run already finished in `out` is taken as it is (an interrupted benchmark resumes)."""
+    done = finished(out)
+    if done is not None:
+        return done
     start = time.monotonic()
     tuned = tune(model, (x,), trials=trials, out=out)
     return Path(tuned.vmfb), time.monotonic() - start
@@ -123,6 +138,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_dir = args.tuned or out / "run"
     tuning_s = None
+    if args.tuned is not None and finished(args.tuned):
+        tuning_s = finished(args.tuned)[1]
     if args.tuned is None:
         start = time.monotonic()
         tune(model, inputs, trials=args.trials, out=run_dir, dynamic=(spec,))
