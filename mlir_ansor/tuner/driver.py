@@ -22,10 +22,9 @@ from typing import Callable
 from mlir_ansor.dynamic import parse_dynamic, read_shape_weights
 from mlir_ansor.errors import OutputError, ToolchainError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
-from mlir_ansor.targets import Target, TargetError, get_target, host
+from mlir_ansor.targets import TargetError, get_target, host
 from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.measure import MeasureConfig
-from mlir_ansor.tuner.runner import Timing
 from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
@@ -37,15 +36,11 @@ from mlir_ansor.tuner.stages.reporting import write_report
 from mlir_ansor.tuner.stages.searching import search
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.stages.task_forming import form_tasks
-from mlir_ansor.tuner.toolchain import toolchain_for
+from mlir_ansor.tuner.toolchain import emulated, toolchain_for
 
 OBJECTIVES = ("f1", "f2", "f3", "f4")
 
 
-def unmeasured(target: Target) -> bool:
-    """A CPU target of another architecture than this machine's: its modules run here only
-    under qemu (checked, not timed)."""
-    return target.backend == "llvm-cpu" and target.arch != host().arch
 
 
 @dataclass(frozen=True)
@@ -152,13 +147,13 @@ class TuneOptions:
                 raise UsageError("--allow-unmeasured with --ssh: the ssh device times the "
                                  "candidates")
             # Reference outputs are made here: natively, or under qemu for another arch.
-            if target.backend != "llvm-cpu" or (not unmeasured(target)
+            if target.backend != "llvm-cpu" or (not emulated(target)
                                                 and target.device_kind != here.device_kind):
                 raise UsageError(f"--ssh with --target {self.target} ({target.device_kind}): "
                                  "the reference outputs are computed on this "
                                  f"{here.device_kind} machine, natively or under qemu, "
                                  "which cannot run that target")
-        elif unmeasured(target):
+        elif emulated(target):
             if not self.allow_unmeasured:
                 raise UsageError(
                     f"--target {self.target} ({target.device_kind}): no runner on that "
@@ -175,7 +170,7 @@ class TuneOptions:
         elif self.allow_unmeasured:
             raise UsageError(f"--allow-unmeasured is for a target this machine cannot run "
                              f"natively; {self.target} runs here and is timed")
-        if self.ray and unmeasured(target):
+        if self.ray and emulated(target):
             raise UsageError(f"--ray with --target {self.target}: a target checked here under "
                              "emulation is measured on this machine only")
         if self.ray:
@@ -254,18 +249,14 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     if opts.ssh:
         device = replace(SshDevice.parse(opts.ssh, opts.ssh_key, opts.ssh_tools),
                          ssh_options=tuple(opts.ssh_options))
-        runner = SshRunner(device,
-                           cfg.run_timeout_s,
-                           Timing(cfg.repetitions, cfg.min_time_s, cfg.warmup_s), cfg.rtol,
-                           cfg.atol)
+        runner = SshRunner(device, cfg.run_timeout_s, cfg.timing, cfg.rtol, cfg.atol)
         runner.prepare(kind)  # the device is the target's kind and has the tools
     if opts.ray:
         from mlir_ansor.tuner.distributed import RayBuilder, RayRunner, connect
         owns = connect(opts.ray)
         builder = RayBuilder(cfg.compile_timeout_s, cfg.compile_mem_bytes,
                              owns_connection=owns)
-        runner = RayRunner(kind, cfg.run_timeout_s, cfg.run_mem_bytes,
-                           Timing(cfg.repetitions, cfg.min_time_s, cfg.warmup_s), cfg.rtol,
+        runner = RayRunner(kind, cfg.run_timeout_s, cfg.run_mem_bytes, cfg.timing, cfg.rtol,
                            cfg.atol)
     return RunState(opts, tools, cfg, Context(kind, environment()["iree"]),
                     reporter or ConsoleReporter(), builder=builder, runner=runner)

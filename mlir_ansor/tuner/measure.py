@@ -26,8 +26,8 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lowering_config,
                                                       tuning_spec_text)
 from mlir_ansor.tuner import records as rec
-from mlir_ansor.tuner.builder import (CANDIDATE_ARTIFACT, CONFIG_DUMP_FLAG, Builder, BuildInput, BuildResult,
-                                      LibraryKind, LocalBuilder, applied_strategies,
+from mlir_ansor.tuner.builder import (CANDIDATE_ARTIFACT, CONFIG_DUMP_FLAG, Builder,
+                                      BuildInput, BuildResult, LibraryKind, LocalBuilder, applied_strategies,
                                       emit_and_build, first_error_line,
                                       single_configuration)
 from mlir_ansor.tuner.procs import ProcResult, run_isolated
@@ -75,10 +75,13 @@ class MeasureConfig:
         return LocalBuilder(tools.compile, self.parallel_compiles, self.compile_timeout_s,
                             self.compile_mem_bytes)
 
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.repetitions, self.min_time_s, self.warmup_s)
+
     def runner(self, tools: Toolchain) -> LocalRunner:
         return LocalRunner(tools.run, tools.benchmark, self.run_timeout_s, self.run_mem_bytes,
-                           Timing(self.repetitions, self.min_time_s, self.warmup_s),
-                           self.rtol, self.atol, tools.launcher)
+                           self.timing, self.rtol, self.atol, tools.launcher)
 
 
 def default_pipeline(configured: str) -> str:
@@ -179,7 +182,7 @@ class TaskMeasurer:
         self.runner = runner or cfg.runner(tools)
         if runner is None and tools.emulated:  # checked under qemu, rated by llvm-mca
             target = get_target(cfg.target)
-            self.runner = ProxyRunner(cfg.runner(tools), float(task.flops), target.triple,
+            self.runner = ProxyRunner(self.runner, float(task.flops), target.triple,
                                       target.cpu, find_mca())
         self.dir = Path(workdir) / task.task_id
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +224,8 @@ class TaskMeasurer:
         self.src = abi_src
         vmfb = self.dir / "default.vmfb"
         cfg_dir = self.dir / "default_configs"
-        res = self._compile(vmfb, extra=[f"{CONFIG_DUMP_FLAG}={cfg_dir}", *self._asm_flags(vmfb)],
+        res = self._compile(vmfb, extra=[f"{CONFIG_DUMP_FLAG}={cfg_dir}",
+                                         *self._asm_flags(vmfb)],
                             timeout_s=self.cfg.prepare_timeout_s)
         if res.returncode != 0:
             raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed: "
@@ -302,7 +306,7 @@ class TaskMeasurer:
 
     def _asm_flags(self, artifact: Path) -> tuple[str, ...]:
         """The assembly dump a proxy runner rates (only where the module cannot be timed)."""
-        if not self.tools.emulated:
+        if not isinstance(self.runner, ProxyRunner):  # (a real runner on the device: no)
             return ()
         return (f"{FILES_DUMP_FLAG}={asm_dir(artifact)}",)
 

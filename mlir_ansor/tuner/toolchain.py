@@ -1,7 +1,6 @@
 """Where the IREE tools are, and the compile flags of a target."""
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import iree.compiler
 import iree.runtime
 
 from mlir_ansor.errors import ToolchainError
-from mlir_ansor.targets import Target, get_target
+from mlir_ansor.targets import Target, get_target, host
 from mlir_ansor.tuner.emulation import Emulator
 
 
@@ -45,12 +44,18 @@ class Toolchain:
                          _tool(r, "iree-benchmark-module"))
 
 
+def emulated(target: Target) -> bool:
+    """A CPU target of another architecture than this machine's: its modules run here only
+    under qemu (checked, not timed)."""
+    return target.backend == "llvm-cpu" and target.arch != host().arch
+
+
 def toolchain_for(target: Target) -> Toolchain:
     """The tools that compile for `target` here and run its modules: natively, or for a
     CPU of another architecture its own runtime tools under qemu (which check outputs but
     cannot time)."""
     native = Toolchain.find()
-    if target.backend != "llvm-cpu" or target.arch == platform.machine():
+    if not emulated(target):
         return native
     emu = Emulator.find(target.arch, target.cpu)
     return Toolchain(native.compile, emu.tool("iree-run-module"),
