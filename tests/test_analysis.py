@@ -112,3 +112,23 @@ def test_strided_depthwise_keeps_unit_strided_tiles():
             prog = annotate(ops, sk, rng)
             assert prog.split(dw2.name, 0).lengths[-1] == 1
             assert prog.split(dw2.name, 1).lengths[-1] == 1
+
+
+def test_divisors_and_footprints_match_their_definitions():
+    """The fast forms the search uses (cached divisors, written-out footprint) agree with
+    the plain definitions."""
+    from mlir_ansor.dialect_helpers.linalg_info import OperandInfo
+    from mlir_ansor.sketch_passes.loops import (divisors, footprint, footprint_shape,
+                                                largest_divisor)
+    for n in range(1, 400):
+        assert divisors(n) == tuple(d for d in range(1, n + 1) if n % d == 0)
+        assert largest_divisor(n, 17) == max(d for d in range(1, 18) if n % d == 0)
+    assert largest_divisor(12, 0) == 1
+    # A 3x3 window read of a 1x10x10x4 input: rows y + ky, a stride-2 column 2x + kx.
+    o = OperandInfo(shape=(1, 10, 10, 4), map_results=(((0, 1),), ((1, 1), (3, 1)),
+                                                       ((2, 2), (4, 1)), ((5, 1),)),
+                    elem_bytes=4, is_output=False)
+    tile = {1: 4, 2: 3, 3: 3, 4: 3, 5: 4}
+    assert footprint_shape(o, tile) == (1, 6, 7, 4)
+    assert footprint(o, tile) == 6 * 7 * 4
+    assert footprint(o, {1: 20, 2: 20, 3: 3}) == 10 * 10 * 1

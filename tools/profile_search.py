@@ -1,6 +1,8 @@
 """Wall time of one proposal of the evolutionary search (population 1024, 4 generations)
 on the task with the most records of run folders, with the shared cost model trained on
 all their records: the search's own overhead per batch, without compiling or measuring.
+The digest of the proposed programs' keys shows whether a speed-up changed what the
+search proposes (same folders, same digest).
 
   python tools/profile_search.py RUN_FOLDER... [--batch 8] [--profile]
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import pstats
 import sys
 import time
@@ -45,12 +48,13 @@ def main() -> int:
     start = time.monotonic()
     if prof:
         prof.enable()
-    policy.propose(args.batch, {r.program_key for r in w.records}, records)
+    out = policy.propose(args.batch, {r.program_key for r in w.records}, records)
     if prof:
         prof.disable()
     took = time.monotonic() - start
     print(f"task {w.name}: fit on {len(records)} records {fit:.2f} s; propose({args.batch}) "
-          f"{took:.2f} s{' (profiled)' if prof else ''}")
+          f"{took:.2f} s{' (profiled)' if prof else ''}; proposals "
+          f"{hashlib.sha1(''.join(p.key for p in out).encode()).hexdigest()[:12]}")
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
     return 0

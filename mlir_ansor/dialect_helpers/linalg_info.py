@@ -5,6 +5,7 @@ way: iterator types, indexing maps, loop extents. Nothing here depends on op nam
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -55,19 +56,19 @@ class OpInfo:
     def is_linalg(self) -> bool:
         return self.op_name.startswith("linalg.")
 
-    @property
+    @functools.cached_property
     def reduction_dims(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.iterators) if t == "reduction")
 
-    @property
+    @functools.cached_property
     def parallel_dims(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.iterators) if t == "parallel")
 
-    @property
+    @functools.cached_property
     def flops(self) -> int:
         return math.prod(self.extents) * max(self.body_ops, 1) if self.is_linalg else 0
 
-    @property
+    @functools.cached_property
     def output(self) -> OperandInfo:
         return [o for o in self.operands if o.is_output][0]
 

@@ -2,6 +2,7 @@
 divisors, window and batch loops, the loops a workgroup level can parallelize."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -10,18 +11,25 @@ from mlir_ansor.sketch_passes.analysis import strided_window_loops
 from mlir_ansor.sketch_passes.program import Program
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of `n`, ascending (cached: the search asks for the same few extents
+    hundreds of thousands of times)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
 def largest_divisor(n: int, limit: int) -> int:
     """The largest divisor of `n` that is at most `limit` (1 when `limit` < 1)."""
-    return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+    return max(d for d in divisors(n) if d <= max(limit, 1))
 
 
 def span(terms: tuple[tuple[int, int], ...], tile: dict[int, int]) -> int:
     """Elements one tensor dim covers when each loop d runs over tile[d] values."""
-    return sum((tile.get(d, 1) - 1) * abs(c) for d, c in terms) + 1
+    n = 1
+    for d, c in terms:
+        n += (tile.get(d, 1) - 1) * abs(c)
+    return n
 
 
 def footprint_shape(o: OperandInfo, tile: dict[int, int]) -> tuple[int, ...]:
@@ -31,8 +39,17 @@ def footprint_shape(o: OperandInfo, tile: dict[int, int]) -> tuple[int, ...]:
 
 
 def footprint(o: OperandInfo, tile: dict[int, int]) -> int:
-    """Elements of operand `o` a loop tile reads."""
-    return math.prod(footprint_shape(o, tile))
+    """Elements of operand `o` a loop tile reads (footprint_shape's product, written out:
+    the cost model's features call it for every buffer at every level)."""
+    get = tile.get
+    n = 1
+    for size, terms in zip(o.shape, o.map_results):
+        if size:
+            s = 1
+            for d, c in terms:
+                s += (get(d, 1) - 1) * abs(c)
+            n *= s if s < size else size
+    return n
 
 
 def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:

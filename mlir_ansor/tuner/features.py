@@ -72,6 +72,11 @@ def _names() -> list[str]:
 
 FEATURE_NAMES: tuple[str, ...] = tuple(_names())
 _INDEX = {n: i for i, n in enumerate(FEATURE_NAMES)}
+# Columns kept as they are (one-hot, counts, 0/1, the imbalance ratio); all others are
+# log2(1 + x).
+_RAW = tuple(n for n in FEATURE_NAMES if n.startswith(("role_", "sk_")) or
+             n.endswith("_packed") or n == "wg_imbalance")
+_LOG = np.array([n not in _RAW for n in FEATURE_NAMES])
 
 
 def _lines(o: OperandInfo, tile: dict[int, int]) -> int:
@@ -180,13 +185,15 @@ def _anchor_wg_tile(ops: Sequence[OpInfo], program: Program) -> dict[int, int]:
 
 
 def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> np.ndarray:
-    f = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
+    # Values go into a list and the log2(1 + x) of the non-raw columns is taken once, in
+    # numpy: the search computes rows for thousands of programs per batch.
+    f = [0.0] * len(FEATURE_NAMES)
 
-    def put(name: str, value: float, raw: bool = False) -> None:
-        f[_INDEX[name]] = value if raw else math.log2(1 + max(value, 0))
+    def put(name: str, value: float) -> None:
+        f[_INDEX[name]] = value
 
     sk = program.sketch
-    put(f"role_{role}", 1, raw=True)
+    put(f"role_{role}", 1)
     for s in sk.structure:  # each step names the column that counts it
         if s.feature:
             f[_INDEX[s.feature]] += 1
@@ -210,7 +217,7 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
     wgs = nest.trip["s0"]
     put("workgroups", wgs)
     wgs = max(wgs, 1)
-    put("wg_imbalance", math.ceil(wgs / threads) * threads / wgs, raw=True)
+    put("wg_imbalance", math.ceil(wgs / threads) * threads / wgs)
     put("iters_per_wg", iters / wgs)
     level_iters = {lvl: math.prod(nest.tiles[lvl].get(l, 1) for l in range(nest.n_loops))
                    for lvl in LEVELS}
@@ -229,7 +236,7 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
         put(f"b{slot}_lines_reg", _lines(o, nest.tiles["reg"]))
         put(f"b{slot}_total_bytes", math.prod(o.shape) * o.elem_bytes if o.shape else 0)
         if any(o is q for q in packed):
-            put(f"b{slot}_packed", 1, raw=True)
+            put(f"b{slot}_packed", 1)
             put("alloc_pack_bytes", fp["s2"] * o.elem_bytes)
     output_fp = fp  # the output is the last buffer
     if role == "root" and sk.local_tile:
@@ -239,7 +246,9 @@ def _row(op: OpInfo, nest: _Nest, program: Program, role: str, threads: int) -> 
     body = max(op.body_ops, 1) if op.is_linalg else 0
     for lvl in ("reg", "r1", "s2", "wg"):
         put(f"intensity_{lvl}", level_iters[lvl] * body / max(unique[lvl], 1))
-    return f
+    row = np.array(f, dtype=np.float64)
+    row[_LOG] = np.log2(1 + np.maximum(row[_LOG], 0))
+    return row.astype(np.float32)
 
 
 def program_features(ops: Sequence[OpInfo], program: Program, threads: int = 2) -> np.ndarray:
