@@ -6,8 +6,10 @@ Each folder is a `python -m mlir_ansor.tune` output (records.jsonl + tasks.json)
 records measured on --device-kind (default: this machine's) are used. --evaluate first
 judges the model on workloads it never saw: for each task, a model trained on all the
 others ranks that task's measured programs (pairwise accuracy; measurements, in predicted
-order, to a program within 5% of the best, against random order). Pass the model to a run
-with --cost-model FILE; the package ships one per device kind under tuner/pretrained/.
+order, to a program within 5% of the best, against random order). --exclude-task KEY
+leaves a task out of the training set (the `task_key` of its records), e.g. to judge the
+model on a workload it never saw. Pass the model to a run with --cost-model FILE; the
+package ships one per device kind under tuner/pretrained/.
 """
 from __future__ import annotations
 
@@ -25,15 +27,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", nargs="+", type=Path, metavar="RUN_FOLDER")
     p.add_argument("--out", type=Path, required=True, help="where to write the model (.json)")
     p.add_argument("--device-kind", default="", help="default: this machine's")
+    p.add_argument("--exclude-task", action="append", default=[], metavar="KEY",
+                   help="leave out the task with this key (records' task_key); repeatable")
     p.add_argument("--evaluate", action="store_true",
                    help="print the leave-one-workload-out table first")
     args = p.parse_args(argv)
+    from mlir_ansor.errors import UsageError
     from mlir_ansor.targets import host
     from mlir_ansor.tuner.pretraining import leave_one_out, load_corpus, summary_table, train
 
     kind = args.device_kind or host().device_kind
     try:
         corpus = load_corpus(args.folders, kind)
+        unknown = set(args.exclude_task) - {w.key for w in corpus}
+        if unknown:
+            raise UsageError(f"--exclude-task: no task with key {', '.join(sorted(unknown))} "
+                             f"in {', '.join(map(str, args.folders))}")
+        if args.exclude_task:
+            print("left out: " + ", ".join(w.name for w in corpus if w.key in args.exclude_task))
+            corpus = [w for w in corpus if w.key not in args.exclude_task]
         n = sum(len(w.records) for w in corpus)
         valid = sum(w.valid for w in corpus)
         print(f"{len(corpus)} tasks, {n} records ({valid} valid) measured on {kind}")

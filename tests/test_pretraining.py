@@ -49,6 +49,16 @@ def test_corpus_training_and_leave_one_out(tmp_path, capsys):
     assert load_booster(out, KIND) is not None
 
 
+def test_exclude_task_leaves_a_workload_out(tmp_path, capsys):
+    a = run_folder(tmp_path, "a", [("bmm", BATCH_MATMUL, 40), ("mm", MATMUL, 40)])
+    out = tmp_path / "m.json"
+    assert train_cost_model.main([str(a), "--out", str(out), "--exclude-task", "mm"]) == 0
+    text = capsys.readouterr().out
+    assert "left out: a/t1 matmul 64x48x32" in text and "1 tasks" in text
+    assert train_cost_model.main([str(a), "--out", str(out), "--exclude-task", "mmx"]) == 2
+    assert "no task with key mmx" in capsys.readouterr().err
+
+
 def test_a_folder_without_tasks_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "records.jsonl").write_text("")
     assert train_cost_model.main([str(tmp_path), "--out", str(tmp_path / "m.json")]) == 2

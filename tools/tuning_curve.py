@@ -7,7 +7,13 @@ writes curves.png.
 
   python tools/tuning_curve.py --workload matmul --policy random --trials 1000
   python tools/tuning_curve.py --workload matmul --policy evolution --trials 300
+  python tools/tuning_curve.py --workload conv --policy evolution --trials 64 \
+      --cost-model model.json    # a saved cost model as the start (run: evolution-model)
   python tools/tuning_curve.py --report
+
+The task's key is written to OUT/WORKLOAD/task_key.txt, so a model can be trained without
+it (`python -m mlir_ansor.train_cost_model ... --exclude-task KEY`). The report compares
+every other run of a workload with its random run (random's best after 1000).
 
 Only measurements the tuner's measurer accepted enter a curve (`Record.ok`): the candidate
 compiled with exit 0, IREE's configuration dump showed its strategy applied, and its
@@ -23,6 +29,8 @@ import sys
 from pathlib import Path
 
 from mlir_ansor.examples import matmul_1024, resnet50_last_conv
+from mlir_ansor.targets import host
+from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Record, RecordStore
@@ -81,15 +89,15 @@ def report(root: Path) -> None:
           + " ".join(f"{n:>6d}" for n in CHECKPOINTS))
     for w, p, n, v, cells in rows:
         print(f"{w:9s} {p:10s} {n:6d} {v:6d}  {'':21s}" + " ".join(f"{x:>6s}" for x in cells))
-    for w in sorted({k[0] for k in curves}):
+    for (w, run), c in sorted(curves.items()):
         ref = curves.get((w, "random"))
-        evo = curves.get((w, "evolution"))
-        if ref and evo and len(ref) >= 1:
-            target = ref[min(len(ref), 1000) - 1]
-            hit = next((i + 1 for i, x in enumerate(evo) if x >= target), None)
-            print(f"{w}: random's best after {min(len(ref), 1000)} = {target:.1f} GFLOP/s; "
-                  f"evolution reaches it after {hit if hit else 'not within'} "
-                  f"{'' if hit else len(evo)} measurements")
+        if run == "random" or not ref:
+            continue
+        target = ref[min(len(ref), 1000) - 1]
+        hit = next((i + 1 for i, x in enumerate(c) if x >= target), None)
+        print(f"{w}: random's best after {min(len(ref), 1000)} = {target:.1f} GFLOP/s; "
+              f"{run} reaches it after {hit if hit else 'not within'} "
+              f"{'' if hit else len(c)} measurements")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -122,6 +130,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench_out/curves"))
+    ap.add_argument("--cost-model", type=Path, metavar="MODEL",
+                    help="start the evolutionary search from this saved cost model")
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     if args.report:
@@ -129,20 +139,26 @@ def main() -> int:
         return 0
     if not args.workload:
         ap.error("--workload is required unless --report")
+    if args.cost_model and args.policy != "evolution":
+        ap.error("--cost-model needs --policy evolution")
+    base = load_booster(args.cost_model, host().device_kind, same_arch=True) \
+        if args.cost_model else None
+    run = f"{args.policy}-{args.cost_model.stem}" if args.cost_model else args.policy
     tools, cfg = Toolchain.find(), MeasureConfig()
     wdir = args.out / args.workload
     m = prepare(args.workload, wdir, tools, cfg, args.seed)
     (wdir / "flops.txt").write_text(str(m.task.flops))
+    (wdir / "task_key.txt").write_text(m.task.key)
     default_s = m.time_default()
     if default_s:
         (wdir / "default_s.txt").write_text(repr(default_s))
-    store = RecordStore(wdir / args.policy / "records.jsonl")
+    store = RecordStore(wdir / run / "records.jsonl")
     records = store.load()
     left = max(0, args.trials - len(records))
     round_robin([m.task], {m.task.key: m}, store,
                 SearchConfig(trials=left, batch=args.batch, seed=args.seed), records,
                 lambda t, r: print(f"\r{len(records)} trials", end="", flush=True),
-                make_policy(args.policy))
+                make_policy(args.policy, base))
     print()
     report(args.out)
     return 0
