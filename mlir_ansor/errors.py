@@ -1,5 +1,6 @@
 """Errors the tool reports to the user: each names the problem in one line, and its class
 gives the CLI's exit code (docs/cli.md has the table)."""
+import sys
 
 
 class AnsorError(Exception):
@@ -57,3 +58,10 @@ class StrategiesNotApplied(CompileError):
 
 # What an interrupted run (SIGINT/SIGTERM) exits with: 128 + SIGINT, as shells do.
 INTERRUPTED_EXIT = 130
+
+
+def print_error(e: "AnsorError") -> int:
+    """What every command line of the package does with an AnsorError: the one-line
+    message on stderr; returns the error's exit code."""
+    print(f"error: {e}", file=sys.stderr)
+    return e.exit_code

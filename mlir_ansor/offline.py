@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_ansor.errors import AnsorError, CompileError, UsageError
+from mlir_ansor.errors import AnsorError, CompileError, UsageError, print_error
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.targets import TargetError, get_target
@@ -272,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(report(args.out, args.results))
     except AnsorError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return print_error(e)
     return 0
 
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlir_ansor.errors import AnsorError
+from mlir_ansor.errors import AnsorError, print_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             raise AnsorError(f"too few valid records to train ({valid})")
         model.save(args.out, kind)
     except AnsorError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return print_error(e)
     print(f"wrote {args.out} (for {kind})")
     return 0
 

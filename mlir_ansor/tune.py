@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlir_ansor.errors import INTERRUPTED_EXIT, AnsorError, UsageError
+from mlir_ansor.errors import INTERRUPTED_EXIT, AnsorError, UsageError, print_error
 
 
 def _positive_int(text: str) -> int:
@@ -132,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             ray=args.ray, ssh=args.ssh, ssh_key=args.ssh_key, ssh_tools=args.ssh_tools,
             ssh_options=tuple(args.ssh_option)))
     except AnsorError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return print_error(e)
     except KeyboardInterrupt:
         print("error: interrupted; records written so far are kept (run again to resume)",
               file=sys.stderr)

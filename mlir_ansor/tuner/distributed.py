@@ -19,12 +19,15 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from mlir_ansor.errors import ToolchainError, UsageError
 from mlir_ansor.tuner.builder import CANDIDATE_ARTIFACT, BuildInput, BuildResult, LocalBuilder
 from mlir_ansor.tuner.runner import LocalRunner, RunInput, RunResult, Timing
 from mlir_ansor.tuner.status import Status
+
+if TYPE_CHECKING:  # measure imports the builders and runners
+    from mlir_ansor.tuner.measure import MeasureConfig
 
 BUILDER_RESOURCE = "builder"
 WORKER_LOST = "worker lost"
@@ -95,6 +98,11 @@ class RayBuilder:
     lost: int = 0  # candidates recorded as lost
     _sources: dict = field(default_factory=dict)  # path -> (mtime, object ref of its text)
     _fn: object = None
+
+    @classmethod
+    def from_config(cls, cfg: MeasureConfig, owns_connection: bool = False) -> "RayBuilder":
+        return cls(cfg.compile_timeout_s, cfg.compile_mem_bytes,
+                   owns_connection=owns_connection)
 
     def _source(self, path: Path):
         ray = _ray()
@@ -203,6 +211,11 @@ class RayRunner:
     resent: int = 0
     lost: int = 0
     _actor: object = None
+
+    @classmethod
+    def from_config(cls, device_kind: str, cfg: MeasureConfig) -> "RayRunner":
+        return cls(device_kind, cfg.run_timeout_s, cfg.run_mem_bytes, cfg.timing, cfg.rtol,
+                   cfg.atol)
 
     def device_nodes(self) -> list[str]:
         """Ids of the alive nodes offering this device kind, in the order actors go there."""

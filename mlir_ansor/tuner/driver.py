@@ -249,15 +249,13 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     if opts.ssh:
         device = replace(SshDevice.parse(opts.ssh, opts.ssh_key, opts.ssh_tools),
                          ssh_options=tuple(opts.ssh_options))
-        runner = SshRunner(device, cfg.run_timeout_s, cfg.timing, cfg.rtol, cfg.atol)
+        runner = SshRunner.from_config(device, cfg)
         runner.prepare(kind)  # the device is the target's kind and has the tools
     if opts.ray:
         from mlir_ansor.tuner.distributed import RayBuilder, RayRunner, connect
         owns = connect(opts.ray)
-        builder = RayBuilder(cfg.compile_timeout_s, cfg.compile_mem_bytes,
-                             owns_connection=owns)
-        runner = RayRunner(kind, cfg.run_timeout_s, cfg.run_mem_bytes, cfg.timing, cfg.rtol,
-                           cfg.atol)
+        builder = RayBuilder.from_config(cfg, owns_connection=owns)
+        runner = RayRunner.from_config(kind, cfg)
     return RunState(opts, tools, cfg, Context(kind, environment()["iree"]),
                     reporter or ConsoleReporter(), builder=builder, runner=runner)
 

@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlir_ansor.errors import ToolchainError
+from mlir_ansor.errors import ToolchainError, print_error
 
 # Per architecture: qemu's binary, the Debian cross sysroot, the wheel's platform tag, the
 # apt packages that provide them.
@@ -140,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(install_runtime(args[1]))
     except ToolchainError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ToolchainError.exit_code
+        return print_error(e)
     return 0
 
 

@@ -14,6 +14,7 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.runner import LocalRunner, RunInput, RunResult, Timing, failure
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.validation import outputs_match
+
+if TYPE_CHECKING:  # measure imports the runners
+    from mlir_ansor.tuner.measure import MeasureConfig
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,10 @@ class SshRunner:
     atol: float = 1e-5
     copy_timeout_s: float = 120.0
     _sent: dict = field(default_factory=dict)  # local path -> (mtime, remote path)
+
+    @classmethod
+    def from_config(cls, device: SshDevice, cfg: MeasureConfig) -> "SshRunner":
+        return cls(device, cfg.run_timeout_s, cfg.timing, cfg.rtol, cfg.atol)
 
     def _do(self, cmd: list[str] | tuple[str, ...], timeout_s: float, **files):
         res = run_isolated(list(cmd), timeout_s, **files)
