@@ -17,7 +17,7 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, run_outputs
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, cut_between, per_size_choice,
-                                        plan_sizes)
+                                        plan_axis, plan_sizes)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source, tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
 from tests.data.small_mlp import GeluMlp
@@ -59,6 +59,24 @@ def test_cuts_fall_where_any_task_changes_its_choice():
     assert [plan.branch_of(n) for n in (1, 2, 3, 29, 30, 1024, 5000)] == [0, 0, 1, 1, 2, 3, 3]
     assert plan_sizes({"t0": {1: A, 9: A}}) == ((), {"t0": (A,)})
     assert cut_between(1, 2) == 2 and cut_between(4, 5) == 5
+
+
+def test_several_symbols_cut_along_the_one_that_tells_the_samples_apart():
+    """Batch x sequence walked side by side: the batch repeats (1, 1, 4), the sequence does
+    not, so the plan cuts along the sequence; labels become its sizes."""
+    from mlir_ansor.tuner.tasks import SizeSample
+    specs = [("B", (0, 0)), ("S", (0, 1)), ("S", (1, 1))]
+    samples = [SizeSample((((0, 0), b), ((0, 1), s), ((1, 1), s)))
+               for b, s in ((1, 1), (1, 37), (4, 300))]
+    assert [x.label for x in samples] == ["1", "1,37", "4,300"]
+    symbol, spec, size_of = plan_axis(samples, ["B", "S"], specs)
+    assert (symbol, spec, size_of) == ("S", (0, 1), {"1": 1, "1,37": 37, "4,300": 300})
+    times = SizeTimes({"1": 1.0, "1,37": 2.0, "4,300": 9.0},
+                      ((A, {"1": 0.5, "1,37": 1.0, "4,300": 9.5}),), A).along(size_of)
+    assert times.default_at == {1: 1.0, 37: 2.0, 300: 9.0}
+    assert per_size_choice(times, margin=1.03) == {1: A, 37: A, 300: None}
+    # No symbol tells (1, 1) from (1, 1): no axis, no dispatcher.
+    assert plan_axis(samples[:1] * 2, ["B", "S"], specs) is None
 
 
 def test_bad_dispatch_requests_are_errors():

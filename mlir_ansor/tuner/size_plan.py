@@ -4,23 +4,53 @@ at each sample a task takes its overall winner unless another candidate (or IREE
 default) is clearly faster there. Where any task's choice changes between two adjacent
 samples the model is cut at the geometric middle of the two sizes; each range between
 cuts becomes one tagged branch of the model (`size_dispatch.branch_by_size`).
+
+With several dynamic symbols the samples walk their sizes side by side (`dynamic.
+tune_samples`), so one symbol orders them all: the plan cuts along the first symbol whose
+sampled sizes tell every sample apart (`plan_axis`); the others vary within each branch.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from mlir_ansor.sketch_passes.program import Program
+from mlir_ansor.tuner.tasks import SizeSample
 
 
 @dataclass(frozen=True)
 class SizeTimes:
-    """One dynamic task re-timed: IREE's default and candidates, per sampled size (s)."""
+    """One dynamic task re-timed: IREE's default and candidates (s), per size sample: keyed
+    by the samples' labels as measured, by a size once `along` an axis."""
 
-    default_at: Mapping[int, float]
-    candidates: tuple[tuple[Program, Mapping[int, float]], ...]
+    default_at: Mapping
+    candidates: tuple[tuple[Program, Mapping], ...]
     winner: Program | None  # the program chosen over the whole range (None: the default)
+
+    def along(self, size_of: Mapping[str, int]) -> "SizeTimes":
+        """Keyed by each sample's size along the plan's axis (`size_of`: label -> size)."""
+        def keyed(at: Mapping[str, float]) -> dict[int, float]:
+            return {size_of[label]: t for label, t in at.items() if label in size_of}
+
+        return SizeTimes(keyed(self.default_at),
+                         tuple((p, keyed(a)) for p, a in self.candidates), self.winner)
+
+
+def plan_axis(samples: Sequence[SizeSample], symbols: Sequence[str],
+              specs: Sequence[tuple[str, tuple[int, int]]]
+              ) -> tuple[str, tuple[int, int], dict[str, int]] | None:
+    """The symbol a dispatcher cuts along: the first whose sampled sizes tell every sample
+    apart; its first (input position, dim), and each sample's size there by label.
+    `specs`: (symbol, (input position, dim)) per --dynamic spec. None when no symbol
+    does."""
+    best = None
+    for sym in symbols:
+        spec = next(sd for s, sd in specs if s == sym)
+        size_of = {smp.label: smp.dims[spec] for smp in samples}
+        if len(set(size_of.values())) == len(samples) and best is None:
+            best = (sym, spec, size_of)
+    return best
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, model_
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
-from mlir_ansor.tuner.size_plan import SizePlan, SizeTimes, per_size_choice, plan_sizes
+from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
+                                        plan_sizes)
 from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
 from mlir_ansor.tuner.tasks import tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
@@ -71,19 +72,16 @@ def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]]
             if t.dynamic and res.default_at:
                 won = res.default_s > best_s * state.opts.min_speedup
                 at[t.key] = SizeTimes(
-                    _by_size(res.default_at),
-                    tuple((p, _by_size(a)) for p, a in zip(top, res.tuned_at) if a),
+                    dict(res.default_at),
+                    tuple((p, dict(a)) for p, a in zip(top, res.tuned_at) if a),
                     prog if won else None)
     return out, at
 
 
-def _by_size(at: dict[str, float]) -> dict[int, float]:
-    """Per sample label -> per size, for a model with one dynamic symbol (whose labels are
-    its sizes); empty otherwise."""
-    try:
-        return {int(label): s for label, s in at.items()}
-    except ValueError:
-        return {}
+def _axis(m: ModelIn) -> tuple[str, tuple[int, int], dict[str, int]] | None:
+    """The symbol the model's dispatcher cuts along (`size_plan.plan_axis`)."""
+    specs = [(d.symbol, (pos, d.dim)) for d, pos in zip(m.dynamic.dims, m.dynamic.positions)]
+    return plan_axis(m.samples, m.dynamic.symbols, specs)
 
 
 def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
@@ -92,31 +90,34 @@ def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
     why there is none."""
     if m.dynamic is None:
         return None, ""
-    symbols = m.dynamic.symbols
-    if len(symbols) != 1:
-        return None, (f"no size dispatcher: {len(symbols)} dynamic symbols (one kernel per "
-                      "task serves all sizes)")
+    axis = _axis(m)
+    if axis is None:
+        return None, ("no size dispatcher: no dynamic symbol tells the size samples apart "
+                      "(one kernel per task serves all sizes)")
+    symbol, (arg, dim), size_of = axis
     keys = state.forms[m.name].plain_keys
-    choices = {k: per_size_choice(v, state.opts.min_speedup) for k, v in at.items()
-               if k in keys and v.default_at}
+    choices = {k: per_size_choice(v.along(size_of), state.opts.min_speedup)
+               for k, v in at.items() if k in keys and v.default_at}
     if not choices:
         return None, ""
     cuts, per = plan_sizes(choices)
     if not cuts:
         return None, ""
-    spec = next(i for i, d in enumerate(m.dynamic.dims) if d.symbol == symbols[0])
-    return SizePlan(symbols[0], m.dynamic.positions[spec], m.dynamic.dims[spec].dim, cuts,
-                    per), ""
+    others = [s for s in m.dynamic.symbols if s != symbol]
+    why = (f"the size dispatcher cuts along {symbol}; {', '.join(others)} vary within each "
+           "branch" if others else "")
+    return SizePlan(symbol, arg, dim, cuts, per), why
 
 
-def planned_latency(state: RunState, key: str, plan: SizePlan, times: SizeTimes) -> float:
-    """A task's latency with the dispatcher: at each size sample, the time of what its
-    branch runs there, weighed as the search weighed the samples."""
+def planned_latency(state: RunState, key: str, plan: SizePlan, times: SizeTimes,
+                    size_of: dict[str, int]) -> float:
+    """A task's latency with the dispatcher: at each size sample (by label), the time of
+    what its branch runs there, weighed as the search weighed the samples."""
     at = {}
-    for size, d in times.default_at.items():
-        prog = plan.choices[key][plan.branch_of(size)]
-        at[str(size)] = d if prog is None else next(a[size] for p, a in times.candidates
-                                                     if p == prog)
+    for label, d in times.default_at.items():
+        prog = plan.choices[key][plan.branch_of(size_of[label])]
+        at[label] = d if prog is None else next(a[label] for p, a in times.candidates
+                                                if p == prog)
     return state.measurers[key].weighted_latency(at)
 
 
@@ -315,8 +316,10 @@ def hand_back(state: RunState) -> RunState:
             state.report(Note(f"{m.name}: {why}"))
         if plan is not None:
             plans[m.name] = plan
+            size_of = _axis(m)[2]
             for key in plan.choices:  # what the branches run, weighed
-                timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
+                timed[key] = (timed[key][0],
+                              planned_latency(state, key, plan, at[key], size_of))
     ex = _Export(state, timed, winners, plans)
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
     wins = {}
