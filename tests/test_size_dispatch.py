@@ -204,3 +204,38 @@ def test_build_sh_builds_a_dispatched_model_and_refuses_a_misplaced_strategy(dis
                          text=True, timeout=600)
     assert res.returncode == 1 and "applied to a dispatch of another size branch" in res.stderr
     assert not (d / "wrong.vmfb").exists()
+
+
+class _LinearPlusResidual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+
+    def forward(self, x, y):
+        return self.fc(x) + y
+
+
+def test_a_dispatch_with_two_dynamic_inputs_is_matched(tools, tmp_path):
+    """fc(x) + y with x and y of the same dynamic row count: IREE gives the dispatch one
+    workload ordinal per input, and the task's pattern reads both sizes but uses one. The
+    unused size must not become a matcher argument (it made the DAG match fail: "not
+    configured with strategy_t0")."""
+    torch.manual_seed(0)
+    model = _LinearPlusResidual().eval()
+    rows = torch.export.Dim("rows", min=1, max=256)
+    src = tmp_path / "m.mlir"
+    src.write_text(import_model(model, (torch.randn(8, 64), torch.randn(8, 64)),
+                                {"x": {0: rows}, "y": {0: rows}}))
+    [t] = [t for t in extract_tasks(flow_source(src, "llvm-cpu", tools, 300)) if t.tunable]
+    assert t.task_mlir.count("tensor.dim") == 2
+    prog = annotate(t.ops, t.sketches[0], random.Random(2))
+    lib = tmp_path / "lib.mlir"
+    lib.write_text(library_text([TunedEntry(t.task_id, t.task_mlir, t.ops, prog)]))
+    cfg = MeasureConfig()
+    assert compile_model(tools, src, tmp_path / "m.vmfb", cfg, lib) == {strategy_name(t.task_id)}
+    for n in (1, 37):
+        x, y = torch.randn(n, 64), torch.randn(n, 64)
+        paths = save_inputs((x, y), tmp_path / f"in{n}")
+        outs, why = run_outputs(tools, tmp_path / "m.vmfb", paths, 1, tmp_path / f"o{n}", cfg)
+        assert outs is not None, why
+        np.testing.assert_allclose(outs[0], model(x, y).detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -230,8 +230,9 @@ def sizes_as_arguments(pattern: str) -> str:
         if not dims:
             return pattern
         for d in dims:
-            arg = block.add_argument(ir.IndexType.get(), ir.Location.unknown())
-            d.operation.results[0].replace_all_uses_with(arg)
+            if list(d.operation.results[0].uses):  # an unused size has nothing to match
+                arg = block.add_argument(ir.IndexType.get(), ir.Location.unknown())
+                d.operation.results[0].replace_all_uses_with(arg)
             d.operation.erase()
         for o in list(block.operations):
             o = o.operation
