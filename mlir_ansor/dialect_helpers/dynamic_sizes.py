@@ -124,19 +124,22 @@ def specialize(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
 
 
 def dynamic_ops(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
-                sizes: Mapping[int, int]) -> tuple:
+                sizes: Mapping[int, int], decompose: bool = True) -> tuple:
     """The ops (`linalg_info.OpInfo`) of a dynamic function read at `sizes`, each with its
-    dynamic loops: those whose extent moves with the sizes."""
+    dynamic loops: those whose extent moves with the sizes (`decompose=False`: as the
+    payload holds them, None for an aggregate op; `linalg_info.analyze_undecomposed`)."""
     from dataclasses import replace
 
-    from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+    from mlir_ansor.dialect_helpers.linalg_info import analyze_task, analyze_undecomposed
 
-    ops = analyze_task(specialize(func_mlir, dynamic_dims, sizes))
-    other = analyze_task(specialize(func_mlir, dynamic_dims,
-                                    {k: 2 * v + 1 for k, v in sizes.items()}))
-    if [o.extents for o in ops] == [o.extents for o in other] and dynamic_dims:
+    analyze = analyze_task if decompose else analyze_undecomposed
+    ops = analyze(specialize(func_mlir, dynamic_dims, sizes))
+    other = analyze(specialize(func_mlir, dynamic_dims,
+                               {k: 2 * v + 1 for k, v in sizes.items()}))
+    known = [(o, p) for o, p in zip(ops, other) if o is not None]
+    if all(o.extents == p.extents for o, p in known) and dynamic_dims:
         raise UnsupportedDispatch("no loop extent follows the dynamic sizes")
-    return tuple(replace(o, dynamic_loops=tuple(
+    return tuple(None if o is None else replace(o, dynamic_loops=tuple(
         l for l, (a, b) in enumerate(zip(o.extents, p.extents)) if a != b))
         for o, p in zip(ops, other))
 

@@ -172,11 +172,23 @@ def tileable_ops(func: ir.Operation) -> list[ir.Operation]:
 
 
 def analyze_task(task_mlir: str) -> list[OpInfo]:
-    """Ops of the task's `@main`, in payload order (the order the strategy's split_handle sees)."""
+    """Ops of the task's `@main`, in payload order (the order the strategy's split_handle
+    sees: aggregate ops such as linalg.softmax decomposed, as the strategy's prelude does)."""
+    return _analyze(task_mlir, decompose=True)
+
+
+def analyze_undecomposed(task_mlir: str) -> list[OpInfo | None]:
+    """Ops of the task's `@main` as the payload holds them before any decomposition (what a
+    library's matcher sees): None for an aggregate op (linalg.softmax)."""
+    return _analyze(task_mlir, decompose=False)
+
+
+def _analyze(task_mlir: str, decompose: bool) -> list:
     with ir.Context() as ctx:
         module = ir.Module.parse(task_mlir, ctx)
         present = {o.name for o in tileable_ops(module.operation)}
-        prelude = tuple(p for name, p in DECOMPOSE.items() if name in present)
+        prelude = tuple(p for name, p in DECOMPOSE.items() if name in present) \
+            if decompose else ()
         for p in prelude:
             PassManager.parse(f"builtin.module(func.func({p}))").run(module.operation)
         names_before = [o.name for o in tileable_ops(module.operation)]
@@ -188,6 +200,9 @@ def analyze_task(task_mlir: str) -> list[OpInfo]:
         stored = _map_stored(module.operation, ops)
         infos = []
         for i, (op, orig_name) in enumerate(zip(ops, names_before)):
+            if not decompose and op.name in DECOMPOSE:
+                infos.append(None)
+                continue
             owners = [getattr(v.owner, "operation", v.owner) for v in op.operands]
             producers = [j for j, earlier in enumerate(ops[:i]) if earlier in owners]
             short = orig_name.split(".")[-1]

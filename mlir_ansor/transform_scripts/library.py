@@ -16,7 +16,8 @@ from iree.compiler.dialects import transform
 
 from mlir_ansor.dialect_helpers.dynamic_sizes import (NOMINAL_SIZE, dynamic_ops,
                                                       signature_dims)
-from mlir_ansor.dialect_helpers.linalg_info import (OpInfo, analyze_task, operand_path,
+from mlir_ansor.dialect_helpers.linalg_info import (OpInfo,
+                                                    analyze_undecomposed, operand_path,
                                                     tileable_ops)
 from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.dialect_helpers.transform_builder import any_op
@@ -161,18 +162,22 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
     root through its operands, has the right name, loop kinds and extents. Bodies are not
     compared; a strategy only tiles and vectorizes, which is correct for any body."""
     dims = signature_dims(task_mlir)
-    ops = dynamic_ops(task_mlir, dims, {0: NOMINAL_SIZE}) if dims else analyze_task(task_mlir)
-    root = ops[-1]
+    # The payload is matched before any decomposition (a linalg.softmax is one op there,
+    # several after the strategy's prelude): the pattern's own ops, aggregates unread.
+    infos = dynamic_ops(task_mlir, dims, {0: NOMINAL_SIZE}, decompose=False) if dims \
+        else analyze_undecomposed(task_mlir)
+    with ir.Context():
+        raw = [o.name for o in tileable_ops(ir.Module.parse(task_mlir).operation)]
     tagged = _tagged_ops(task_mlir)
-    for op in ops:
+    for i, (name, info) in enumerate(zip(raw, infos)):
         h = target
-        for k in operand_path(task_mlir, root.index, op.index):
+        for k in operand_path(task_mlir, len(raw) - 1, i):
             h = transform.GetProducerOfOperand(any_op(), h, k).result
-        transform.MatchOperationNameOp(h, [op.op_name])
-        if op.is_linalg:
-            _match_dims(h, op)
-        if op.index in tagged:  # a size branch's copy: only that branch's (see below)
-            match_task_dag(h, tagged[op.index], op.op_name)
+        transform.MatchOperationNameOp(h, [name])
+        if info is not None and info.is_linalg:
+            _match_dims(h, info)
+        if i in tagged:  # a size branch's copy: only that branch's (see below)
+            match_task_dag(h, tagged[i], name)
 
 
 def _tagged_ops(task_mlir: str) -> dict[int, str]:
