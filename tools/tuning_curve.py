@@ -85,10 +85,11 @@ def report(root: Path) -> None:
         if f.exists():
             flops = int((root / w / "flops.txt").read_text())
             print(f"{w}: IREE default {flops / float(f.read_text()) / 1e9:.1f} GFLOP/s")
-    print(f"{'workload':9s} {'policy':10s} {'trials':>6s} {'valid':>6s}  best GFLOP/s after n: "
+    wide = max([10] + [len(r[1]) for r in rows])
+    print(f"{'workload':9s} {'policy':{wide}s} {'trials':>6s} {'valid':>6s}  best GFLOP/s after n: "
           + " ".join(f"{n:>6d}" for n in CHECKPOINTS))
     for w, p, n, v, cells in rows:
-        print(f"{w:9s} {p:10s} {n:6d} {v:6d}  {'':21s}" + " ".join(f"{x:>6s}" for x in cells))
+        print(f"{w:9s} {p:{wide}s} {n:6d} {v:6d}  {'':21s}" + " ".join(f"{x:>6s}" for x in cells))
     for (w, run), c in sorted(curves.items()):
         ref = curves.get((w, "random"))
         if run == "random" or not ref:
