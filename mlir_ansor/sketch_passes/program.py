@@ -114,22 +114,43 @@ class Program:
     def with_step(self, step: Step) -> "Program":
         return Program(self.sketch, self.steps + (step,))
 
+    # The features, checks and mutations ask these hundreds of thousands of times per
+    # proposal: each is computed once per program (the steps never change).
     def split(self, op: str, loop: int) -> SplitStep | None:
+        return self._splits.get((op, loop))
+
+    @cached_property
+    def _splits(self) -> dict[tuple[str, int], SplitStep]:
+        out: dict[tuple[str, int], SplitStep] = {}
         for s in self.steps:
-            if isinstance(s, SplitStep) and s.op == op and s.loop == loop:
-                return s
-        return None
+            if isinstance(s, SplitStep):
+                out.setdefault((s.op, s.loop), s)  # the first split of a loop counts
+        return out
 
     def peeled(self, op: str) -> set[int]:
         """Loops of `op` whose partial register tile is peeled (PeelStep, BlockPeelStep)."""
-        return {s.loop for s in self.steps
-                if isinstance(s, (PeelStep, BlockPeelStep)) and s.op == op}
+        return set(self._peeled.get(op, ()))
+
+    @cached_property
+    def _peeled(self) -> dict[str, frozenset[int]]:
+        out: dict[str, set[int]] = {}
+        for s in self.steps:
+            if isinstance(s, (PeelStep, BlockPeelStep)):
+                out.setdefault(s.op, set()).add(s.loop)
+        return {k: frozenset(v) for k, v in out.items()}
 
     def blocks(self, op: str) -> dict[int, int]:
         """Loops of `op` with a BlockPeelStep: their block (the others peeled stay whole
         above the register tile)."""
-        return {s.loop: s.block for s in self.steps
-                if isinstance(s, BlockPeelStep) and s.op == op}
+        return dict(self._blocks.get(op, {}))
+
+    @cached_property
+    def _blocks(self) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for s in self.steps:
+            if isinstance(s, BlockPeelStep):
+                out.setdefault(s.op, {})[s.loop] = s.block
+        return out
 
     def packed(self, op: str) -> tuple[int, ...]:
         """Operands of `op` with a PackStep, in step order."""
