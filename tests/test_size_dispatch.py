@@ -239,3 +239,30 @@ def test_a_dispatch_with_two_dynamic_inputs_is_matched(tools, tmp_path):
         outs, why = run_outputs(tools, tmp_path / "m.vmfb", paths, 1, tmp_path / f"o{n}", cfg)
         assert outs is not None, why
         np.testing.assert_allclose(outs[0], model(x, y).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+class _ScaledSoftmax(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, -1) * 2.0
+
+
+def test_branches_on_one_of_two_dynamic_dims_compute_every_size(tools, tmp_path):
+    """A model with a dynamic batch and a dynamic sequence, cut on the sequence (the plan's
+    axis with several symbols): both copies compile and give torch's answer at sizes on
+    both sides of the cut, with the batch varying too."""
+    model = _ScaledSoftmax().eval()
+    b, s = torch.export.Dim("b", min=1, max=4), torch.export.Dim("s", min=2, max=64)
+    src = tmp_path / "m.mlir"
+    src.write_text(import_model(model, (torch.randn(2, 16, 64),), {"x": {0: b, 1: s}}))
+    branched = tmp_path / "b.mlir"
+    branched.write_text(branch_by_size(src.read_text(), 0, 1, [10]))
+    seen = tagged_dispatches(flow_source(branched, "llvm-cpu", tools, 300))
+    assert sorted({tag for _, tag, _ in seen}) == ["b0", "b1"]
+    cfg = MeasureConfig()
+    assert compile_model(tools, branched, tmp_path / "b.vmfb", cfg, None) == set()
+    for n, (bs, seq) in enumerate(((1, 3), (4, 9), (1, 10), (3, 50))):
+        x = torch.randn(bs, seq, 64)
+        paths = save_inputs((x,), tmp_path / f"in{n}")
+        outs, why = run_outputs(tools, tmp_path / "b.vmfb", paths, 1, tmp_path / f"o{n}", cfg)
+        assert outs is not None, why
+        np.testing.assert_allclose(outs[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
