@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlir_ansor.errors import AnsorError, print_error
+from mlir_ansor.errors import AnsorError, UsageError, print_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evaluate", action="store_true",
                    help="print the leave-one-workload-out table first")
     args = p.parse_args(argv)
-    from mlir_ansor.errors import UsageError
     from mlir_ansor.targets import host
     from mlir_ansor.tuner.pretraining import leave_one_out, load_corpus, summary_table, train
 

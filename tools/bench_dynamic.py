@@ -138,8 +138,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_dir = args.tuned or out / "run"
     tuning_s = None
-    if args.tuned is not None and finished(args.tuned):
-        tuning_s = finished(args.tuned)[1]
+    done = finished(args.tuned) if args.tuned is not None else None
+    if done is not None:
+        tuning_s = done[1]
     if args.tuned is None:
         start = time.monotonic()
         tune(model, inputs, trials=args.trials, out=run_dir, dynamic=(spec,))

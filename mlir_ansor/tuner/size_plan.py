@@ -12,7 +12,7 @@ sampled sizes tell every sample apart (`plan_axis`); the others vary within each
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from mlir_ansor.sketch_passes.program import Program
@@ -44,25 +44,26 @@ def plan_axis(samples: Sequence[SizeSample], symbols: Sequence[str],
     apart; its first (input position, dim), and each sample's size there by label.
     `specs`: (symbol, (input position, dim)) per --dynamic spec. None when no symbol
     does."""
-    best = None
     for sym in symbols:
         spec = next(sd for s, sd in specs if s == sym)
         size_of = {smp.label: smp.dims[spec] for smp in samples}
-        if len(set(size_of.values())) == len(samples) and best is None:
-            best = (sym, spec, size_of)
-    return best
+        if len(set(size_of.values())) == len(samples):
+            return sym, spec, size_of
+    return None
 
 
 @dataclass(frozen=True)
 class SizePlan:
     """A model's dispatcher: branch i serves cuts[i-1] <= size < cuts[i] of one dimension
-    of one entry argument; per task key, the program of each branch (None: IREE's default)."""
+    of one entry argument; per task key, the program of each branch (None: IREE's default);
+    `size_of`: each size sample's size along that dimension, by label (`plan_axis`)."""
 
     symbol: str
     arg: int
     dim: int
     cuts: tuple[int, ...]
     choices: Mapping[str, tuple[Program | None, ...]]
+    size_of: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """(first, last) size of each branch within lo..hi."""

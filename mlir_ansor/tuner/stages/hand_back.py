@@ -78,19 +78,14 @@ def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]]
     return out, at
 
 
-def _axis(m: ModelIn) -> tuple[str, tuple[int, int], dict[str, int]] | None:
-    """The symbol the model's dispatcher cuts along (`size_plan.plan_axis`)."""
-    specs = [(d.symbol, (pos, d.dim)) for d, pos in zip(m.dynamic.dims, m.dynamic.positions)]
-    return plan_axis(m.samples, m.dynamic.symbols, specs)
-
-
 def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
                ) -> tuple[SizePlan | None, str]:
     """The size dispatcher of a model (None: one kernel per task serves every size) and
     why there is none."""
     if m.dynamic is None:
         return None, ""
-    axis = _axis(m)
+    specs = [(d.symbol, (pos, d.dim)) for d, pos in zip(m.dynamic.dims, m.dynamic.positions)]
+    axis = plan_axis(m.samples, m.dynamic.symbols, specs)
     if axis is None:
         return None, ("no size dispatcher: no dynamic symbol tells the size samples apart "
                       "(one kernel per task serves all sizes)")
@@ -106,16 +101,15 @@ def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
     others = [s for s in m.dynamic.symbols if s != symbol]
     why = (f"the size dispatcher cuts along {symbol}; {', '.join(others)} vary within each "
            "branch" if others else "")
-    return SizePlan(symbol, arg, dim, cuts, per), why
+    return SizePlan(symbol, arg, dim, cuts, per, size_of), why
 
 
-def planned_latency(state: RunState, key: str, plan: SizePlan, times: SizeTimes,
-                    size_of: dict[str, int]) -> float:
+def planned_latency(state: RunState, key: str, plan: SizePlan, times: SizeTimes) -> float:
     """A task's latency with the dispatcher: at each size sample (by label), the time of
     what its branch runs there, weighed as the search weighed the samples."""
     at = {}
     for label, d in times.default_at.items():
-        prog = plan.choices[key][plan.branch_of(size_of[label])]
+        prog = plan.choices[key][plan.branch_of(plan.size_of[label])]
         at[label] = d if prog is None else next(a[label] for p, a in times.candidates
                                                 if p == prog)
     return state.measurers[key].weighted_latency(at)
@@ -316,10 +310,8 @@ def hand_back(state: RunState) -> RunState:
             state.report(Note(f"{m.name}: {why}"))
         if plan is not None:
             plans[m.name] = plan
-            size_of = _axis(m)[2]
             for key in plan.choices:  # what the branches run, weighed
-                timed[key] = (timed[key][0],
-                              planned_latency(state, key, plan, at[key], size_of))
+                timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
     ex = _Export(state, timed, winners, plans)
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
     wins = {}
