@@ -34,3 +34,22 @@ def test_a_default_a_little_off_becomes_the_reference_and_says_so(monkeypatch):
 def test_a_default_grossly_off_or_misshapen_stops_the_run(monkeypatch, got):
     with pytest.raises(DefaultModuleError, match="does not match torch"):
         reference_with(monkeypatch, got)
+
+
+def test_a_model_iree_runs_differently_stops_before_tuning(tmp_path):
+    """A forward that computes something else while torch.export traces it: IREE's default
+    module then disagrees with torch. The run ends at the layout stage, before any task is
+    formed or measured, with the reason."""
+    import torch
+
+    from mlir_ansor import api
+
+    class TracedOtherwise(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0 if torch.compiler.is_exporting() else x
+
+    out = tmp_path / "run"
+    with pytest.raises(DefaultModuleError, match="does not match torch.*checked before tuning"):
+        api.tune(TracedOtherwise(), (torch.ones(4, 8),), trials=4, out=out, policy="random")
+    assert not (out / "records.jsonl").exists() or not (out / "records.jsonl").read_text()
+    assert not (out / "tasks.json").exists()

@@ -213,6 +213,27 @@ def check_tuned(tools: Toolchain, model_mlir: Path, library: Path | None, vmfb: 
     return applied, check_outputs(tools, vmfb, in_paths, refs, mags, vmfb.parent, cfg)
 
 
+def check_default(tools: Toolchain, model, inputs: tuple, model_mlir: Path, out_dir: Path,
+                  cfg: MeasureConfig) -> Path:
+    """IREE's default build of a model (`out_dir`/default.vmfb), run on the example inputs
+    and compared with torch before any tuning: a model that IREE cannot compile or run as
+    imported (e.g. a reshape torch-mlir got wrong) ends the run here, not after the search.
+    Raises DefaultModuleError."""
+    in_paths = save_inputs(inputs, out_dir)
+    vmfb = out_dir / "default.vmfb"
+    try:
+        compile_model(tools, model_mlir, vmfb, cfg, None)
+    except CompileError as e:
+        raise DefaultModuleError(f"IREE's default build of the model: {e} (checked "
+                                 "before tuning; nothing was tuned)") from e
+    try:
+        model_reference(tools, vmfb, model, inputs, in_paths, out_dir, cfg)
+    except DefaultModuleError as e:
+        raise DefaultModuleError(f"{e} (checked before tuning, on {model_mlir.name} as "
+                                 "imported by torch-mlir; nothing was tuned)") from e
+    return vmfb
+
+
 def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library: Path | None,
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
                rounds: int = 11, tuned_mlir: Path | None = None,

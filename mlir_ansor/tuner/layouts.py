@@ -18,6 +18,7 @@ ones it removes, and the end-to-end check has the last word.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -60,18 +61,23 @@ class ActivationChoice:
 
 def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: Path,
                              tools: Toolchain, cfg: MeasureConfig, margin: float,
-                             rounds: int = 3) -> ActivationChoice:
+                             rounds: int = 3, plain_vmfb: Path | None = None
+                             ) -> ActivationChoice:
     """Compile the model as imported and in channels-last form, both with IREE's defaults,
     time them side by side (interleaved, order alternating) and keep channels-last where it
     is at least `margin` times faster. The channels-last text lands next to the model as
-    `model_channels_last.mlir`. Tuning then starts from the faster form."""
+    `model_channels_last.mlir`. Tuning then starts from the faster form. `plain_vmfb`:
+    the model as imported, already built with IREE's defaults (not compiled again)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cl_path = model_mlir.parent / "model_channels_last.mlir"
     cl_path.write_text(to_channels_last(model_mlir.read_text()))
     vmfbs = [workdir / "as_imported.vmfb", workdir / "channels_last.vmfb"]
     try:
         for src, vmfb in zip((model_mlir, cl_path), vmfbs):
-            compile_model(tools, src, vmfb, cfg, None)
+            if src is model_mlir and plain_vmfb is not None:
+                shutil.copyfile(plain_vmfb, vmfb)
+            else:
+                compile_model(tools, src, vmfb, cfg, None)
     except CompileError as e:  # (the model as imported fails later, with its own error)
         return ActivationChoice(False, 0.0, None, f"channels-last failed: {e}"[:300])
     times: list[list[float]] = [[], []]

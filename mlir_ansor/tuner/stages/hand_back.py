@@ -228,9 +228,7 @@ def write_library(path: Path, entries: Sequence[TunedEntry]) -> Path | None:
 def model_e2e(state: RunState, ex: _Export, m: ModelIn):
     """End-to-end check and timing of one model; drops the strategies that break it."""
     cfg, tools = state.cfg, state.tools
-    forms = state.forms[m.name]
-    prebuilt = (m.dir / "e2e" / "layout" / "as_imported.vmfb"
-                if forms.activation and forms.activation.plain_s > 0 else None)
+    prebuilt = m.baseline_dir / "default.vmfb"
     probe_dir = m.dir / "e2e" / "bisect"
     checks = []
     if m.dynamic is not None:

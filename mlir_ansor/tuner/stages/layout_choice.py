@@ -9,7 +9,7 @@ from dataclasses import replace
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
 from mlir_ansor.targets import get_target
-from mlir_ansor.tuner.e2e import save_inputs
+from mlir_ansor.tuner.e2e import check_default, save_inputs
 from mlir_ansor.tuner.layouts import alternatives, choose_activation_layout
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source
@@ -27,12 +27,14 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     if opts.layout_rewrite and tools.emulated:
         notes.append(f"Layout rewrite skipped for {m.name}: its choice times whole models, "
                      "and this target's modules run here only under emulation")
+    # Before any tuning: IREE's default build runs the example and matches torch.
+    plain = check_default(tools, m.model, m.inputs, base, m.baseline_dir, state.cfg)
     activation = None
     if relayout and channels_first_convs(base.read_text()):
         try:
             activation = choose_activation_layout(
                 base, save_inputs(m.inputs, m.dir / "e2e"), m.dir / "e2e" / "layout", tools,
-                state.cfg, opts.min_speedup)
+                state.cfg, opts.min_speedup, plain_vmfb=plain)
         except LayoutRewriteError as e:
             notes.append(f"Channels-last skipped for {m.name}: {e}")
     channels_last = bool(activation and activation.channels_last)

@@ -33,6 +33,12 @@ class ModelIn:
     # What its dynamic tasks are measured at (weighted by --shape-weights, else uniform).
     samples: tuple[SizeSample, ...] = ()
 
+    @property
+    def baseline_dir(self) -> Path:
+        """Where IREE's default build of the model as imported lands (checked before
+        tuning, reused by the layout choice and the end-to-end step)."""
+        return self.dir / "e2e" / "baseline"
+
 
 @dataclass(frozen=True)
 class ModelForms:
