@@ -104,6 +104,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--early-stop", type=_non_negative_int, default=0, metavar="ROUNDS",
                    help="stop tuning a task after this many rounds without improvement "
                         "(0: never; f4 defaults to 3)")
+    p.add_argument("--repeat", type=_positive_int, default=5,
+                   help="timed repetitions of every module benchmark (default 5)")
+    p.add_argument("--min-repeat-ms", type=float, default=50.0,
+                   help="each repetition calls the module back to back for at least this "
+                        "long (default 50)")
+    p.add_argument("--retime-rounds", type=_positive_int, default=4,
+                   help="interleaved rounds of each task's best programs against IREE's "
+                        "default before the hand-back (default 4)")
+    p.add_argument("--e2e-rounds", type=_positive_int, default=11,
+                   help="interleaved rounds of the end-to-end timing against torch and "
+                        "IREE's default (default 11)")
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
@@ -130,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
             size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured,
             ray=args.ray, ssh=args.ssh, ssh_key=args.ssh_key, ssh_tools=args.ssh_tools,
-            ssh_options=tuple(args.ssh_option)))
+            ssh_options=tuple(args.ssh_option), repeat=args.repeat,
+            min_repeat_ms=args.min_repeat_ms, retime_rounds=args.retime_rounds,
+            e2e_rounds=args.e2e_rounds))
     except AnsorError as e:
         return print_error(e)
     except KeyboardInterrupt:

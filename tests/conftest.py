@@ -13,6 +13,11 @@ from mlir_ansor.tuner.tasks import flow_source, extract_tasks
 from mlir_ansor.tuner.toolchain import Toolchain
 
 DATA = Path(__file__).parent / "data"
+# Quick timing for tuning runs whose subject is not speed (fewer, shorter repetitions and
+# rounds: TuneOptions' repeat, min_repeat_ms, retime_rounds, e2e_rounds).
+QUICK = dict(repeat=2, min_repeat_ms=10.0, retime_rounds=2, e2e_rounds=2)
+QUICK_CLI = ["--repeat", "2", "--min-repeat-ms", "10", "--retime-rounds", "2",
+             "--e2e-rounds", "2"]
 
 
 def linalg_func(body_args: str, results: str, body: str) -> str:

@@ -2,13 +2,14 @@
 import numpy as np
 
 from mlir_ansor import api
+from tests.conftest import QUICK
 from tests.data.small_mlp import make
 
 
 def test_tune_then_load(tmp_path):
     model, inputs = make()
     out = tmp_path / "run"
-    tuned = api.tune(model, inputs, trials=8, out=out, batch=4, policy="random")
+    tuned = api.tune(model, inputs, trials=8, out=out, batch=4, policy="random", **QUICK)
     want = model(*inputs).detach().numpy()
     np.testing.assert_allclose(tuned(*inputs), want, rtol=1e-4, atol=1e-4)
     again = api.load(model, inputs, out)

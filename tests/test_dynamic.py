@@ -10,7 +10,7 @@ import torch
 from mlir_ansor.dynamic import (DynamicDim, check_sizes, parse_dynamic, resolve, size_sets,
                                 tune_sizes)
 from mlir_ansor.errors import FrontendError, UsageError
-from tests.conftest import DATA
+from tests.conftest import DATA, QUICK_CLI
 
 
 class Two(torch.nn.Module):
@@ -80,7 +80,7 @@ def test_one_module_serves_every_size(tmp_path):
     res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune",
                           f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=16..32",
                           "--trials", "4", "--batch", "2", "--size-samples", "2",
-                          "--out", str(out)],
+                          "--out", str(out), *QUICK_CLI],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "tensor<?x64xf32>" in (out / "model.mlir").read_text()

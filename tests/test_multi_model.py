@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mlir_ansor import api
+from tests.conftest import QUICK_CLI
 from tests.data.small_mlp import make, make_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +20,7 @@ def test_two_models_share_tasks(tmp_path):
     # (Random search: what is tested is the sharing, not the search.)
     res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{DATA}:make",
                           f"{DATA}:make_head", "--trials", "6", "--batch", "3",
-                          "--policy", "random", "--out", str(out)],
+                          "--policy", "random", "--out", str(out), *QUICK_CLI],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
@@ -27,6 +28,12 @@ def test_two_models_share_tasks(tmp_path):
     shared = [t for t in report["tasks"] if "," in t["models"]]
     assert shared, report["tasks"]  # the 64->128+ReLU layer is one task for both
     assert all(t["weight"] == 2 for t in shared)
+    # The roofline's torch column: each Linear's matmul is one torch op, timed in the run.
+    linear = [t for t in report["tasks"] if t["torch_op"]]
+    assert linear and all(t["torch_op"].startswith("einsum ") for t in linear)
+    assert all(float(t["torch_ms"]) > 0 and t["vs_torch"].endswith("x") for t in linear
+               if t["share"] != "-")
+    assert "torch ms: torch eager" in res.stdout
     assert res.stdout.count("End to end (model") == 2
     # api.load of one model takes that model's own folder (its layout and library), as
     # handed back.

@@ -19,6 +19,7 @@ from mlir_ansor.tuner.driver import TuneOptions, run  # noqa: E402
 from mlir_ansor.tuner.reporters import Measured, Silent  # noqa: E402
 from mlir_ansor.tuner.runner import RunInput  # noqa: E402
 from mlir_ansor.tuner.status import Status  # noqa: E402
+from tests.conftest import QUICK
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -91,7 +92,7 @@ def test_tune_through_ray_survives_a_lost_node(cluster, tmp_path):
     reporter = _RemoveNodeAfter(c, nodes, n=4)
     out = tmp_path / "out"
     res = run(TuneOptions(model=MLP, trials=8, batch=4, out=out, ray=c.address, top_k=1,
-                          layout_rewrite=False),
+                          layout_rewrite=False, **QUICK),
               reporter=reporter)
     assert reporter.removed is not None
     recs = _records(out)

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import QUICK_CLI
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
 
@@ -16,7 +18,8 @@ def _cmd(out: Path, trials: int) -> list[str]:
     # the search (the evolution's cost-model rounds and the packed tasks' baselines and
     # re-timing would double the test's time).
     return [sys.executable, "-m", "mlir_ansor.tune", MODEL, "--trials", str(trials),
-            "--batch", "2", "--policy", "random", "--no-layout-rewrite", "--out", str(out)]
+            "--batch", "2", "--policy", "random", "--no-layout-rewrite", "--out", str(out),
+            *QUICK_CLI]
 
 
 def _lines(path: Path) -> list[dict]:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import QUICK_CLI
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
 
@@ -13,7 +15,7 @@ def tune(out: Path, *extra: str) -> subprocess.CompletedProcess:
     # (Random search, no packed-weight alternatives: reuse is about the records.)
     return subprocess.run([sys.executable, "-m", "mlir_ansor.tune", MODEL, "--batch", "2",
                            "--policy", "random", "--no-layout-rewrite", "--out", str(out),
-                           *extra], cwd=ROOT,
+                           *QUICK_CLI, *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
 
 

@@ -20,7 +20,7 @@ from mlir_ansor.tuner.runner import RunInput
 from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.toolchain import Toolchain
-from tests.conftest import compiled_matmul
+from tests.conftest import QUICK_CLI, compiled_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -97,7 +97,7 @@ def test_tune_with_the_ssh_runner(device, tmp_path):
     out = tmp_path / "out"
     # (No layout rewrite: the runner is under test, not the layouts; it halves the time.)
     cmd = [sys.executable, "-m", "mlir_ansor.tune", MLP, "--trials", "4", "--out", str(out),
-           "--no-layout-rewrite",
+           "--no-layout-rewrite", *QUICK_CLI,
            "--ssh", f"{device.host}:{device.port}", "--ssh-key", device.key,
            "--ssh-tools", device.tools_dir, *[x for o in OPTIONS for x in ("--ssh-option", o)]]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -12,6 +12,7 @@ from mlir_ansor.tuner.stages.reporting import write_report
 from mlir_ansor.tuner.stages.searching import search
 from mlir_ansor.tuner.stages.task_forming import form_tasks
 from mlir_ansor.tuner.status import Status
+from tests.conftest import QUICK
 from tests.data.small_mlp import make
 
 
@@ -47,7 +48,7 @@ def test_bisect_blames_the_breaking_strategy_and_keeps_the_others():
 def test_stages_alone_with_a_custom_reporter(tmp_path):
     rec = Recorder()
     opts = driver.TuneOptions(model="SmallMLP", trials=3, batch=2, out=tmp_path / "run",
-                              layout_rewrite=False)
+                              layout_rewrite=False, **QUICK)
     state = driver.start(opts, rec)
     state = load_models(state, make)
     assert [m.name for m in state.models] == ["SmallMLP"] and not state.tasks

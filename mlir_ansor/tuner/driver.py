@@ -107,6 +107,15 @@ class TuneOptions:
     ssh_key: str = ""
     ssh_tools: str = ""
     ssh_options: tuple[str, ...] = ()  # more `ssh -o` options
+    # How each module is timed (TVM's runner `repeat` and `min_repeat_ms`): timed
+    # repetitions per benchmark run, each of back-to-back calls over at least
+    # `min_repeat_ms`; the interleaved rounds of each task's best programs against IREE's
+    # default before hand-back, and of the end-to-end comparison with torch and IREE's
+    # default. Fewer and shorter: quicker and noisier.
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+    retime_rounds: int = 4
+    e2e_rounds: int = 11
 
     def check(self) -> None:
         """Bad options end here, before any work, with one line naming the problem."""
@@ -128,6 +137,11 @@ class TuneOptions:
             raise UsageError("--objective f2 needs --latency-requirement-ms > 0")
         if self.early_stop < 0:
             raise UsageError(f"--early-stop must be >= 0 (got {self.early_stop})")
+        if min(self.repeat, self.retime_rounds, self.e2e_rounds) < 1:
+            raise UsageError(f"--repeat, --retime-rounds and --e2e-rounds must be >= 1 (got "
+                             f"{self.repeat}, {self.retime_rounds}, {self.e2e_rounds})")
+        if not self.min_repeat_ms > 0:
+            raise UsageError(f"--min-repeat-ms must be > 0 (got {self.min_repeat_ms})")
         names = list(self.models or (self.model,))
         if len(set(names)) != len(names):
             raise UsageError(f"a model is named twice: {names}")
@@ -244,7 +258,8 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
     tools = toolchain_for(target)  # a cross target: its runtime under qemu, or an error
     # Proxy ratings are a device kind of their own: never compared with real timings.
     kind = target.device_kind + ("-mca" if tools.emulated and not opts.ssh else "")
-    cfg = MeasureConfig(target=opts.target, device_kind=kind)
+    cfg = MeasureConfig(target=opts.target, device_kind=kind, repetitions=opts.repeat,
+                        min_time_s=opts.min_repeat_ms / 1e3)
     builder = runner = None
     if opts.ssh:
         device = replace(SshDevice.parse(opts.ssh, opts.ssh_key, opts.ssh_tools),

@@ -289,7 +289,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     by_size = []
     for (label, xs), paths in zip(checks, check_paths):
         # Every size of a dynamic model counts (the example is one size of many).
-        ts = interleaved(timers(xs, paths), SIZE_ROUNDS)
+        ts = interleaved(timers(xs, paths), min(SIZE_ROUNDS, rounds))
         by_size.append((label, lower_quartile(ts["torch"]), lower_quartile(ts["default"]),
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]),

@@ -25,11 +25,15 @@ from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, pl
                                         plan_sizes)
 from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
 from mlir_ansor.tuner.tasks import tagged_dispatches
+from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.toolchain import target_flags
+from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
 
 T = TypeVar("T")
 LIBRARY = "tuned_library.mlir"
 REJECTED_LIBRARY = "tuned_library.rejected.mlir"
+# Torch's op per task: short repetitions (about 1 s a task), rounds interleaved.
+TORCH_OP_TIMING = MeasureConfig(repetitions=3, min_time_s=0.02, warmup_s=0.05)
 
 
 def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> T | None:
@@ -62,7 +66,8 @@ def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]]
         # not rank against ours: both are measured again side by side).
         top = top_programs(here, t.key, state.opts.top_k)
         top += [p for p in top_programs(elsewhere, t.key, state.opts.top_k) if p not in top]
-        res = state.measurers[t.key].remeasure(top) if top else None
+        res = (state.measurers[t.key].remeasure(top, rounds=state.opts.retime_rounds)
+               if top else None)
         if res is None:
             continue
         ok = [(s, p) for s, p in zip(res.tuned, top) if s is not None]
@@ -250,7 +255,8 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                               m.dir / "e2e", cfg, [strategy_name(e.task_id) for e in mine],
                               tuned_mlir=(m.dir / "model_tuned.mlir"
                                           if ex.rewritten(m.name) else None),
-                              prebuilt_default=prebuilt, checks=checks)
+                              prebuilt_default=prebuilt, checks=checks,
+                              rounds=state.opts.e2e_rounds)
         except DefaultModuleError:
             raise  # IREE's own module: nothing of ours to drop
         except CompileError as err:
@@ -295,9 +301,24 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                        f"{sorted(ex.dropped)}")
 
 
+def torch_per_task(state: RunState) -> dict[str, tuple[str, float]]:
+    """Task key -> (torch's op for the task's contraction, its time in torch eager), for
+    the report's roofline: static tasks measured on this machine, natively, whose
+    contraction one torch op computes (`torch_ops`)."""
+    if state.runner is not None or state.tools.emulated or state.proxied:
+        return {}
+    out = {}
+    for t in state.tunable:
+        op = None if t.dynamic else torch_counterpart(t.ops)
+        if op is not None:
+            out[t.key] = (op.describe(), torch_op_seconds(op, TORCH_OP_TIMING))
+    return out
+
+
 def hand_back(state: RunState) -> RunState:
     opts = state.opts
     best, at = retime_best(state)
+    torch = torch_per_task(state)  # right after, on the same machine state
     timed = {k: (d, b) for k, (d, b, _) in best.items()}
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
@@ -337,5 +358,5 @@ def hand_back(state: RunState) -> RunState:
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
                   dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
-                  dict(plans))
+                  dict(plans), torch)
     return replace(state, handback=hb)

@@ -74,14 +74,17 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
         speed = f"{d / b:.2f}x" if (b and d) else "-"
         share = f"{100 * t.weight * kept[t.key] / total:.1f}%" if kept[t.key] else "-"
         failed = ",".join(f"{k}:{n}" for k, n in fails[t.task_id].items()) or "-"
+        op, torch_s = hb.torch.get(t.key, ("", None))
+        vs_torch = f"{torch_s / kept[t.key]:.2f}x" if (torch_s and kept[t.key]) else "-"
         row = [t.task_id, t.name[:40], t.weight, f"{t.flops / 1e6:.1f}", len(mine), failed,
                share, fmt_ms(d), fmt_ms(b), speed, *roofline(t.flops, kept[t.key], peak),
-               status[:40]]
+               fmt_ms(torch_s), *roofline(t.flops, torch_s, None)[:1], vs_torch, status[:40]]
         if not state.single:
             row.insert(3, ",".join(m.name for m in state.models if m.name in state.usage[t.key]))
         rows.append(row)
     headers = ["task", "dispatch", "weight", "MFLOP", "trials", "failed", "share",
-               "default ms", "tuned ms", "speedup", "GFLOP/s", "of peak", "status"]
+               "default ms", "tuned ms", "speedup", "GFLOP/s", "of peak", "torch ms",
+               "torch GFLOP/s", "vs torch", "status"]
     if not state.single:
         headers.insert(3, "models")
     return headers, rows, fails
@@ -238,6 +241,11 @@ def write_report(state: RunState) -> RunState:
     headers, rows, fails = task_rows(state, peak)
     parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
              f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
+    if hb.torch:
+        parts[0] += ("\ntorch ms: torch eager (2 threads) running the one op that computes "
+                     "the task's contraction (its bias or activation not included), at its "
+                     "better memory format, timed in this run; vs torch = torch ms / what "
+                     "runs; '-': no single torch op computes the task")
     parts.append(f"Search wall time: {state.clock.line()}")
     internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
     if internal:
@@ -266,7 +274,8 @@ def write_report(state: RunState) -> RunState:
         "device_kind": state.context.device_kind, "peak_gflops": peak,
         "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
-                       failures=fails[r[0]]) for r in rows],
+                       failures=fails[r[0]], torch_op=hb.torch.get(t.key, ("",))[0] or None)
+                  for r, t in zip(rows, state.tasks)],
         "unmeasured": state.proxied,
         "e2e": {m.name: {"torch_s": _num(e.torch_s), "default_s": _num(e.default_s),
                          "tuned_s": _num(e.tuned_s), "measured": e.measured,

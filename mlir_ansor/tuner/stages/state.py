@@ -80,6 +80,8 @@ class HandBack:
     wins: Mapping[str, bool]  # model -> the tuned module is the one handed back
     # model -> the size dispatcher its tuned form was built and checked with
     plans: Mapping[str, SizePlan] = field(default_factory=dict)
+    # task key -> (torch's op for its contraction, torch eager's seconds), timed in this run
+    torch: Mapping[str, tuple[str, float]] = field(default_factory=dict)
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
