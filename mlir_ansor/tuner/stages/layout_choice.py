@@ -1,6 +1,7 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
-channels-last where IREE's default build of that form is faster (timed side by side), and
-the packable constant weights with the dispatches each packing brings (`layouts`).
+channels-last unless IREE's default build of that form is clearly slower (timed side by
+side), and the packable constant weights with the dispatches each packing brings
+(`layouts`).
 Tasks are formed from these forms, so this stage comes before task forming."""
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         try:
             activation = choose_activation_layout(
                 base, save_inputs(m.inputs, m.dir / "e2e"), m.dir / "e2e" / "layout", tools,
-                state.cfg, opts.min_speedup, plain_vmfb=plain)
+                state.cfg, plain_vmfb=plain)
         except LayoutRewriteError as e:
             notes.append(f"Channels-last skipped for {m.name}: {e}")
     channels_last = bool(activation and activation.channels_last)
