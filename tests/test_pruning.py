@@ -10,7 +10,7 @@ from mlir_ansor.sketch_passes.pruning import DEMOTE, RULES, Pruner, demote, flag
 from mlir_ansor.targets import X86_AVX2
 from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy
 from mlir_ansor.tuner.features import root_nest
-from tests.conftest import MATMUL, ops_of
+from tests.conftest import MATMUL, linalg_func, ops_of
 from tests.test_cost_model import make_task
 
 TWO_CORES = replace(X86_AVX2, cores=2)
@@ -35,7 +35,9 @@ def test_each_rule_flags_what_it_names():
         assert ("idle-cores" in names) == (n.workgroups < 2)
         assert ("r1-over-l1" in names) == (n.bytes["r1"] > TWO_CORES.l1d_bytes)
         assert ("s2-over-l2" in names) == (n.bytes["s2"] > TWO_CORES.l2_bytes)
-    assert {"vector-not-filled", "idle-cores"} <= seen
+        # 64x48 output: up to 14 accumulators fit AVX2's 16 registers; under 4 is flagged.
+        assert ("small-register-tile" in names) == (n.reg_tile < 4 * 8)
+    assert {"vector-not-filled", "idle-cores", "small-register-tile"} <= seen
     # The same programs judged for a machine with a tiny L1 and one core.
     small = replace(TWO_CORES, l1d_bytes=1024, cores=1)
     assert any("r1-over-l1" in flagged(ops, p, small) for p in progs)
@@ -64,3 +66,41 @@ def test_random_proposals_prefer_unflagged_programs_and_are_counted():
     assert pruner.seen >= 16 and sum(pruner.counts.values()) > 0
     line = pruner.line()
     assert all(r.name in line for r in RULES) and "judged" in line
+
+
+BATCHED_DEPTHWISE = linalg_func(
+    "%x: tensor<4x8x30x30xf32>, %w: tensor<8x3x3xf32>", "tensor<4x8x28x28xf32>", """
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x8x28x28xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x8x28x28xf32>) -> tensor<4x8x28x28xf32>
+  %r = linalg.generic {indexing_maps = [
+      affine_map<(n, c, h, w, kh, kw) -> (n, c, h + kh, w + kw)>,
+      affine_map<(n, c, h, w, kh, kw) -> (c, kh, kw)>,
+      affine_map<(n, c, h, w, kh, kw) -> (n, c, h, w)>],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction",
+                        "reduction"]}
+      ins(%x, %w : tensor<4x8x30x30xf32>, tensor<8x3x3xf32>)
+      outs(%f : tensor<4x8x28x28xf32>) {
+    ^bb0(%a: f32, %b: f32, %c: f32):
+      %m = arith.mulf %a, %b : f32
+      %s = arith.addf %c, %m : f32
+      linalg.yield %s : f32
+  } -> tensor<4x8x28x28xf32>
+  return %r : tensor<4x8x28x28xf32>""")
+
+
+def test_a_depthwise_conv_has_no_outer_product_to_grow():
+    """Every row of a depthwise register tile (batch, channel or image row) loads its own
+    input vector: no row count is too small, so the register-tile rule never flags it."""
+    ops = ops_of(BATCHED_DEPTHWISE)
+    task = make_task(ops)
+    rng = random.Random(0)
+    nests = 0
+    for i in range(100):
+        p = annotate(ops, task.sketches[i % len(task.sketches)], rng, target=TWO_CORES)
+        n = root_nest(ops, p)
+        if n is not None:
+            nests += 1
+            assert n.row_room == 1
+            assert "small-register-tile" not in flagged(ops, p, TWO_CORES)
+    assert nests > 50

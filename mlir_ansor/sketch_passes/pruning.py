@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
+from mlir_ansor.sketch_passes.annotation import VECTORS_PER_ROW
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.targets import Target
 from mlir_ansor.tuner.cost_model import Workload
@@ -42,6 +43,26 @@ def _idle_cores(n: RootNest, t: Target) -> bool:
     return n.workgroups < t.cores and n.parallel_iterations >= t.cores * t.f32_lanes * 4
 
 
+def _most_accumulators(n: RootNest, t: Target) -> int:
+    # The largest outer-product register tile, in vectors, that the loops and the register
+    # file admit: rows x v accumulators, v row vectors and a broadcast (AnnotationLimits).
+    vectors = min(-(-n.lane_extent // t.f32_lanes), VECTORS_PER_ROW)
+    return max(v * min(n.row_room, (t.vector_registers - v - 1) // v)
+               for v in range(1, vectors + 1))
+
+
+def _small_register_tile(n: RootNest, t: Target) -> bool:
+    # Under a quarter of the register file in accumulators, where the loops admit twice
+    # that: each loaded operand feeds too few FMAs (load-bound). Measured, 62 tasks of this
+    # project's runs on AVX2: such programs ran at a median 0.20 of their task's best, the
+    # others at 0.52; 5 of the 62 bests had such a tile. Not without an outer product
+    # (depthwise: every row loads its own input vector, more rows reuse nothing).
+    need = t.vector_registers // 4
+    return (n.reg_tile < need * t.f32_lanes
+            and _most_accumulators(n, t) >= 2 * need
+            and n.parallel_iterations >= 4 * need * t.f32_lanes * t.cores)
+
+
 def _r1_over_l1(n: RootNest, t: Target) -> bool:
     # The innermost reduction loop streams its register tile's operands: they belong in L1.
     return n.bytes["r1"] > t.l1d_bytes
@@ -57,6 +78,9 @@ RULES: tuple[PruneRule, ...] = (
               "the loop allows a full one", _vector_not_filled),
     PruneRule("idle-cores", "fewer workgroups than cores on an output large enough for all",
               _idle_cores),
+    PruneRule("small-register-tile", "the register tile holds under a quarter of the "
+              "vector registers in accumulators although the loops admit twice that",
+              _small_register_tile),
     PruneRule("r1-over-l1", "the innermost reduction loop's working set exceeds L1",
               _r1_over_l1),
     PruneRule("s2-over-l2", "the register-tile loops' working set exceeds L2", _s2_over_l2),
