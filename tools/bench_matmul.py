@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mlir_ansor.examples import matmul_1024
-from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_times
+from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_threads, torch_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -91,7 +91,8 @@ def main() -> int:
     if "IREE default" not in modules:
         report_failure("IREE default is the baseline of every ratio; nothing timed")
         return 1
-    host = {"torch eager (2 threads)": (model, inputs), "numpy": (np.matmul, (a, b))}
+    host = {f"torch eager ({torch_threads()} threads)": (model, inputs),
+            "numpy": (np.matmul, (a, b))}
     for label, (fn, xs) in list(host.items()):
         try:
             check_outputs(label, [np.asarray(fn(*xs))], ref, magnitude, cfg)

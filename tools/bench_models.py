@@ -1,5 +1,6 @@
-"""End-to-end benchmark of bundled models: torch eager (2 threads; also in channels-last
-memory format for models with 4-D inputs: torch is often faster so), torch.compile
+"""End-to-end benchmark of bundled models: torch eager (its default threads, one per core;
+also in channels-last memory format for models with 4-D inputs: torch is often faster
+so), torch.compile
 (Inductor, CPU), IREE default, IREE with data tiling, IREE with its channels-last rewrite
 (models with NCHW convs), and tuned modules, timed side by side in one run (interleaved
 rounds, lower quartile of all repetitions).
@@ -31,7 +32,8 @@ from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
                                                           channels_first_convs)
-from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_reference, torch_times
+from mlir_ansor.tuner.e2e import (module_times, save_inputs, torch_reference, torch_threads,
+                                  torch_times)
 from mlir_ansor.tuner.frontend import import_model, load_factory
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.stages.importing import safe_dir_name
@@ -61,7 +63,7 @@ def torch_forms(model, inputs: tuple, refs, magnitude, cfg: MeasureConfig,
     """label -> (callable, inputs) of each torch form whose outputs match eager's."""
     import torch
 
-    forms = {"torch eager (2 threads)": (model, inputs)}
+    forms = {f"torch eager ({torch_threads()} threads)": (model, inputs)}
     if any(x.dim() == 4 for x in inputs):
         cl = torch.channels_last
         forms["torch eager channels-last"] = (

@@ -1,7 +1,7 @@
 """The fixed cost of one module call: IREE's default module against torch eager on
 operations too small to take any time, timed the way every benchmark here times a module
 (`iree-benchmark-module`, local-task, lower quartile of interleaved rounds) and torch in
-this process (2 threads).
+this process (its default threads, one per core).
 
 An operator whose whole run is close to IREE's floor cannot beat torch by a better kernel:
 the operator suite's small rows are judged against these figures.

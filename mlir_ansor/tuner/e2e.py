@@ -137,13 +137,20 @@ def torch_reference(model, inputs: tuple) -> tuple[list[np.ndarray], list[np.nda
     return outputs(inputs), outputs(absolute)
 
 
-def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
-    """Torch eager (2 threads) timed like `benchmark` times a module: after `cfg.warmup_s`
-    of untimed calls, `cfg.repetitions` repetitions, each the mean of back-to-back calls
-    over at least `cfg.min_time_s`."""
+def torch_threads() -> int:
+    """Torch eager's intra-op threads: its default, one per physical core, as IREE's task
+    executor runs one worker per physical core (`--task_topology_mode=physical_cores`)."""
     import torch
 
-    torch.set_num_threads(2)
+    return torch.get_num_threads()
+
+
+def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
+    """Torch eager (its default threads: `torch_threads`) timed like `benchmark` times a
+    module: after `cfg.warmup_s` of untimed calls, `cfg.repetitions` repetitions, each the
+    mean of back-to-back calls over at least `cfg.min_time_s`."""
+    import torch
+
     with torch.no_grad():
         end = time.perf_counter() + cfg.warmup_s
         model(*inputs)

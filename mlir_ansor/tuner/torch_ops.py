@@ -162,7 +162,7 @@ def torch_callables(op: TorchOp, seed: int = 0) -> dict[str, Callable[[], object
 
 
 def torch_op_seconds(op: TorchOp, cfg: MeasureConfig, rounds: int = 3) -> float:
-    """Torch eager's time for the op (2 threads), the better memory format's lower
+    """Torch eager's time for the op (its default threads), the better memory format's lower
     quartile over `rounds` interleaved rounds."""
     from mlir_ansor.tuner.e2e import interleaved, torch_times
 

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-from mlir_ansor.tuner.e2e import SIZE_ROUNDS
+from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -202,7 +202,8 @@ def e2e_parts(state: RunState) -> list[str]:
                  if e.default_differs else "outputs match torch")
         parts.append(f"End to end (model {m.name}, {match}, max abs error "
                      f"{e.max_error:.2e}{sizes}){same}:\n"
-                     + table(["", "torch eager (2 threads)", "IREE default", "tuned"], rows))
+                     + table(["", f"torch eager ({torch_threads()} threads)",
+                             "IREE default", "tuned"], rows))
         if e.by_size:
             srows = [[label, fmt_ms(t), fmt_ms(d), fmt_ms(u), f"{d / u:.2f}x", f"{t / u:.2f}x"]
                      for label, t, d, u in e.by_size]
@@ -242,10 +243,10 @@ def write_report(state: RunState) -> RunState:
     parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
              f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
     if hb.torch:
-        parts[0] += ("\ntorch ms: torch eager (2 threads) running the one op that computes "
-                     "the task's contraction (its bias or activation not included), at its "
-                     "better memory format, timed in this run; vs torch = torch ms / what "
-                     "runs; '-': no single torch op computes the task")
+        parts[0] += (f"\ntorch ms: torch eager ({torch_threads()} threads) running the one "
+                     "op that computes the task's contraction (its bias or activation not "
+                     "included), at its better memory format, timed in this run; vs torch = "
+                     "torch ms / what runs; '-': no single torch op computes the task")
     parts.append(f"Search wall time: {state.clock.line()}")
     internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
     if internal:
