@@ -11,7 +11,7 @@ from mlir_ansor.sketch_passes.program import ParallelStep, UnrollStep
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.records import Record
-from mlir_ansor.tuner.search import IreeSeededPolicy, RandomPolicy
+from mlir_ansor.tuner.search import RandomPolicy, SeededPolicy, iree_seeds
 from tests.conftest import DATA, MATMUL, ops_of, prepared_measurer
 
 CONFIGURED = """
@@ -105,7 +105,7 @@ def test_seeded_policy_proposes_seeds_first_then_defers(mm_measurer):
     task = mm_measurer.task
     seeds = seed_programs(task.ops, task.sketches, task.iree_levels)
     inner = _Inner(task)
-    pol = IreeSeededPolicy(inner, task)
+    pol = SeededPolicy(inner, task, iree_seeds)
     first = pol.propose(len(seeds) + 3, set(), [])
     assert first[:len(seeds)] == seeds and len(first) == len(seeds) + 3
     # The inner policy fills the rest and is told the seeds are taken.

@@ -13,6 +13,7 @@ from mlir_ansor.errors import AnsorError
 from mlir_ansor.sketch_passes.annotation import annotate, sample_unmeasured, violations
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.sketch_passes.iree_seed import seed_programs
+from mlir_ansor.sketch_passes.kernel_seed import kernel_seed_programs
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.records import Context, Record, RecordStore, best_by_task
@@ -89,12 +90,26 @@ class HintedPolicy:
         return out[:n]
 
 
-class IreeSeededPolicy:
-    """A policy whose first proposal for a task starts with the programs closest to IREE's
-    own tile sizes (`iree_seed`), then the inner policy's."""
+SeedFn = Callable[[Task], list[Program]]
 
-    def __init__(self, inner: Policy, task: Task):
-        self.inner, self.task = inner, task
+
+def iree_seeds(task: Task) -> list[Program]:
+    """The programs closest to IREE's own tile sizes (`iree_seed`)."""
+    return seed_programs(task.ops, task.sketches, task.iree_levels,
+                         target=get_target(task.target))
+
+
+def kernel_seeds(task: Task) -> list[Program]:
+    """The outer-product micro-kernel seeds of the target's register file (`kernel_seed`)."""
+    return kernel_seed_programs(task.ops, task.sketches, get_target(task.target))
+
+
+class SeededPolicy:
+    """A policy whose first proposal for a task starts with seed programs (`seeds`), then
+    the inner policy's."""
+
+    def __init__(self, inner: Policy, task: Task, seeds: SeedFn):
+        self.inner, self.task, self.seeds = inner, task, seeds
 
     @property
     def train_s(self) -> float:
@@ -103,17 +118,23 @@ class IreeSeededPolicy:
     def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
         seeds: list[Program] = []
         if not any(r.task_key == self.task.key for r in records):
-            seeds = [p for p in seed_programs(self.task.ops, self.task.sketches,
-                                              self.task.iree_levels,
-                                              target=get_target(self.task.target))
-                     if p.key not in measured][:n]
+            seeds = [p for p in self.seeds(self.task) if p.key not in measured][:n]
         return seeds + self.inner.propose(n - len(seeds), measured | {p.key for p in seeds},
                                           records)
 
 
-def with_iree_seeds(factory: PolicyFactory) -> PolicyFactory:
-    """`factory` whose policies measure IREE-like seed programs first on each task."""
-    return lambda task, seed: IreeSeededPolicy(factory(task, seed), task)
+def with_seeds(factory: PolicyFactory, *seeds: SeedFn) -> PolicyFactory:
+    """`factory` whose policies measure the programs of `seeds` first on each task."""
+    if not seeds:
+        return factory
+
+    def all_seeds(task: Task) -> list[Program]:
+        out: list[Program] = []
+        for f in seeds:
+            out += [p for p in f(task) if p not in out]
+        return out
+
+    return lambda task, seed: SeededPolicy(factory(task, seed), task, all_seeds)
 
 
 def with_hints(factory: PolicyFactory, hints: Sequence[tuple[str, AnnotationHints]]

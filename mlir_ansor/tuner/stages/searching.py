@@ -26,8 +26,8 @@ from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.reporters import Measured, TrialsPlanned
 from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, geomean_speedup,
                                         latency_requirements, weighted_latency)
-from mlir_ansor.tuner.search import SearchConfig, loop_signature, tune_tasks, with_hints, \
-    with_iree_seeds
+from mlir_ansor.tuner.search import (SearchConfig, iree_seeds, kernel_seeds, loop_signature,
+                                     tune_tasks, with_hints, with_seeds)
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.tasks import Task
 
@@ -112,9 +112,8 @@ def search(state: RunState) -> RunState:
                                           early_stop=early))
     base, model_note = starting_model(state)
     factory = make_policy(opts.policy, base)
-    policy = factory
-    if opts.iree_seeds:
-        policy = with_iree_seeds(policy)
+    policy = with_seeds(factory, *([kernel_seeds] if opts.kernel_seeds else []),
+                        *([iree_seeds] if opts.iree_seeds else []))
     tune_tasks(tunable, state.measurers, store,
                SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
                records, on_record, with_hints(policy, opts.hints), scheduler, state.context,
