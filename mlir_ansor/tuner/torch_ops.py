@@ -4,8 +4,9 @@ show what the vendor library reaches on the same shapes.
 
 Any sum-of-products over two operands whose maps are plain loop indices is an einsum
 (matmul, batch matmul, a 1x1 convolution IREE turned into a generic, transposed forms);
-one with window expressions (`oh * s + kh * d`) is a convolution, grouped when a
-parallel loop indexes input, filter and output alike (depthwise). Other dispatches
+one with window expressions (`oh * s + kh * d`, or `oh * s` of a strided 1x1 conv) is a
+convolution, grouped when a parallel loop indexes input, filter and output alike
+(depthwise). Other dispatches
 (reductions, elementwise, pooling, softmax) have no single counterpart: None. Only the
 contraction is timed, not the bias or activation fused after it in the dispatch.
 """
@@ -88,7 +89,7 @@ def _einsum(op: OpInfo) -> EinsumOp | None:
 
 def _conv(op: OpInfo) -> ConvOp | None:
     inputs = [x for x in op.operands if not x.is_output]
-    windowed = [i for i, x in enumerate(inputs) if any(len(t) > 1 for t in x.map_results)]
+    windowed = [i for i, x in enumerate(inputs) if any(_windowed(t) for t in x.map_results)]
     if len(windowed) != 1:
         return None
     img, flt, out = inputs[windowed[0]], inputs[1 - windowed[0]], op.output
@@ -99,6 +100,13 @@ def _conv(op: OpInfo) -> ConvOp | None:
             continue
         par = [(l, c) for l, c in terms if op.iterators[l] == "parallel"]
         red = [(l, c) for l, c in terms if op.iterators[l] == "reduction"]
+        if len(terms) == 1 and len(par) == 1:  # a strided 1x1 window: `oh * s`
+            spatial.append(size)
+            kernel.append(1)
+            stride.append(par[0][1])
+            dilation.append(1)
+            in_window.add(par[0][0])
+            continue
         if len(terms) != 2 or len(par) != 1 or len(red) != 1:
             return None
         spatial.append(size)
@@ -135,8 +143,13 @@ def torch_counterpart(ops: Sequence[OpInfo]) -> TorchOp | None:
     op = _contraction(ops)
     if op is None:
         return None
-    windowed = any(len(t) > 1 for x in op.operands for t in x.map_results)
+    windowed = any(_windowed(t) for x in op.operands for t in x.map_results)
     return _conv(op) if windowed else _einsum(op)
+
+
+def _windowed(terms: tuple[tuple[int, int], ...]) -> bool:
+    # `oh * s + kh * d`, or a strided index `oh * s` (a 1x1 conv with stride)
+    return len(terms) > 1 or (len(terms) == 1 and terms[0][1] != 1)
 
 
 def torch_callables(op: TorchOp, seed: int = 0) -> dict[str, Callable[[], object]]:

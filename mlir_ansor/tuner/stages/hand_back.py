@@ -303,13 +303,14 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
 
 def torch_per_task(state: RunState) -> dict[str, tuple[str, float]]:
     """Task key -> (torch's op for the task's contraction, its time in torch eager), for
-    the report's roofline: static tasks measured on this machine, natively, whose
-    contraction one torch op computes (`torch_ops`)."""
+    the report's roofline: static tasks in the model's own layout, measured on this
+    machine natively, whose contraction one torch op computes (`torch_ops`)."""
     if state.runner is not None or state.tools.emulated or state.proxied:
         return {}
     out = {}
     for t in state.tunable:
-        op = None if t.dynamic else torch_counterpart(t.ops)
+        # (A packed task's operands are in our blocked layout, not one a torch user has.)
+        op = None if t.dynamic or t.layout_of else torch_counterpart(t.ops)
         if op is not None:
             out[t.key] = (op.describe(), torch_op_seconds(op, TORCH_OP_TIMING))
     return out
