@@ -19,13 +19,13 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, model_reference,
                                   save_inputs)
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
+from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
                                         plan_sizes)
 from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
 from mlir_ansor.tuner.tasks import tagged_dispatches
-from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.toolchain import target_flags
 from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
 
