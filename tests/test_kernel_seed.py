@@ -56,3 +56,14 @@ def test_seeds_are_valid_programs_of_the_task_s_sketches():
     assert kernel_seed_programs(ops, make_task(ops).sketches,
                                 replace(AVX2, backend="cuda", name="g", sm="sm_80")) == []
     assert op_by_name(ops, root(ops).name)
+
+
+def test_one_seed_packs_the_panel_the_register_tile_rows_share():
+    """The B panel (read by every row of the register tile, along the lanes) is copied to
+    a contiguous buffer in one seed and read in place in the other."""
+    from mlir_ansor.sketch_passes.program import PackStep
+
+    ops = ops_of(MATMUL)
+    seeds = kernel_seed_programs(ops, make_task(ops).sketches, AVX2)
+    packs = [[s.operand for s in p.steps if isinstance(s, PackStep)] for p in seeds]
+    assert [1] in packs and [] in packs  # operand 1: B (k x n), indexed by the lanes' loop

@@ -13,10 +13,12 @@ from dataclasses import replace
 from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import MAX_OTHER_INNER, VECTORS_PER_ROW, violations
+from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_ROW,
+                                                 pack_candidates, packs_fit, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
 from mlir_ansor.sketch_passes.loops import divisors, op_by_name, unit_loops, window_loops
-from mlir_ansor.sketch_passes.program import Program, SplitStep
+from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
+
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
 
@@ -108,17 +110,44 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         root = op_by_name(ops, sk.root)
         levels = kernel_levels(root, target)
         p = None if levels is None else seed_program(ops, sk, levels, target=target)
-        if p is not None:
-            p = _chunked(ops, root, p, target)
-        if p is not None and p not in out:
-            out.append(p)
+        if p is None:
+            continue
+        # The packed panel must fit the stack: smaller reduction chunks until it does.
+        packed = None
+        for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4):
+            q = _chunked(ops, root, p, target, chunk)
+            packed = q and _packed(ops, sk, root, q, target)
+            if packed is not None:
+                break
+        for q in (packed, _chunked(ops, root, p, target, REDUCTION_CHUNK)):
+            if q is not None and q not in out:
+                out.append(q)
     return out
 
 
-def _chunked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
-             target: Target) -> Program | None:
+def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
+            target: Target) -> Program | None:
+    """`prog` with the vector operand (the panel every row of the register tile reads)
+    copied to a contiguous buffer per reduction chunk: read in place, a weight panel of a
+    1x1 conv walks its rows at the output's channel stride (4 KB and more apart: the same L1
+    sets); None when no such operand may be packed or its buffer does not fit."""
+    vloop = _vector_loop(root)
+    cands = [i for i in pack_candidates(root, sketch)
+             if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
+    if not cands or not packs_fit(ops, prog, root, cands[:1]):
+        return None
+    steps = list(prog.steps)
+    if not isinstance(steps[-1], VectorizeStep):
+        return None
+    steps.insert(len(steps) - 1, PackStep(root.name, cands[0]))  # as annotate orders them
+    out = Program(prog.sketch, tuple(steps))
+    return None if violations(ops, out, target=target) else out
+
+
+def _chunked(ops: Sequence[OpInfo], root: OpInfo, prog: Program, target: Target,
+             most: int) -> Program | None:
     """`prog` with each plain reduction loop of the root cut into R0 chunks of at most
-    REDUCTION_CHUNK (seed_program leaves the loop whole); None if that breaks a rule."""
+    `most` elements (seed_program leaves the loop whole); None if that breaks a rule."""
     window = window_loops(root) or set()
     steps = []
     for st in prog.steps:
@@ -126,7 +155,7 @@ def _chunked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
                 and st.loop not in window and len(st.lengths) == 2):
             v = st.lengths[1]
             chunk = max(d for d in divisors(root.extents[st.loop])
-                        if d <= max(REDUCTION_CHUNK, v) and d % v == 0)
+                        if d <= max(most, v) and d % v == 0)
             st = replace(st, lengths=(chunk, v))
         steps.append(st)
     out = Program(prog.sketch, tuple(steps))
