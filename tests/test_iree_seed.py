@@ -115,3 +115,20 @@ def test_seeded_policy_proposes_seeds_first_then_defers(mm_measurer):
                  status="ok", latency_s=1e-3)
     later = pol.propose(4, {first[0].key}, [rec])
     assert inner.calls[-1] == (4, frozenset({first[0].key})) and len(later) == 4
+
+
+def test_seed_kinds_combine_in_order_without_duplicates(mm_measurer):
+    """--kernel-seeds and --iree-seeds together: kernel seeds first, then IREE's, a program
+    both give proposed once, then the inner policy."""
+    from mlir_ansor.tuner.search import kernel_seeds, with_seeds
+
+    task = mm_measurer.task
+    ks, iree = kernel_seeds(task), iree_seeds(task)
+    assert ks and iree
+    inner = []
+    factory = with_seeds(lambda t, s: inner.append(_Inner(t)) or inner[-1], kernel_seeds,
+                         iree_seeds, kernel_seeds)
+    want = ks + [p for p in iree if p not in ks]
+    first = factory(task, 0).propose(len(want) + 2, set(), [])
+    assert first[:len(want)] == want and len(first) == len(want) + 2
+    assert inner[0].calls == [(2, frozenset(p.key for p in want))]
