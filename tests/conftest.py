@@ -24,6 +24,30 @@ def linalg_func(body_args: str, results: str, body: str) -> str:
     return f"func.func @main({body_args}) -> {results} {{\n{body}\n}}"
 
 
+def mul_add_generic(x: str, w: str, out: str, dims: str, maps: tuple[str, str, str],
+                    iterators: str) -> str:
+    """A function computing one zero-filled sum of products `out += x * w` as a
+    linalg.generic: tensor shapes like "4x8x30x30", loop names `dims` like "n, c, h",
+    the three indexing map results, iterator types like "parallel, reduction"."""
+    tx, tw, to = (f"tensor<{s}xf32>" for s in (x, w, out))
+    amaps = ",\n      ".join(f"affine_map<({dims}) -> ({m})>" for m in maps)
+    its = ", ".join(f'"{i.strip()}"' for i in iterators.split(","))
+    return linalg_func(f"%x: {tx}, %w: {tw}", to, f"""
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : {to}
+  %f = linalg.fill ins(%c0 : f32) outs(%e : {to}) -> {to}
+  %r = linalg.generic {{indexing_maps = [
+      {amaps}],
+      iterator_types = [{its}]}}
+      ins(%x, %w : {tx}, {tw}) outs(%f : {to}) {{
+    ^bb0(%a: f32, %b: f32, %c: f32):
+      %m = arith.mulf %a, %b : f32
+      %s = arith.addf %c, %m : f32
+      linalg.yield %s : f32
+  }} -> {to}
+  return %r : {to}""")
+
+
 MATMUL = linalg_func(
     "%a: tensor<64x32xf32>, %b: tensor<32x48xf32>", "tensor<64x48xf32>", """
   %c0 = arith.constant 0.0 : f32

@@ -10,7 +10,7 @@ from mlir_ansor.sketch_passes.pruning import DEMOTE, RULES, Pruner, demote, flag
 from mlir_ansor.targets import X86_AVX2
 from mlir_ansor.tuner.evolution import EvolutionConfig, EvolutionPolicy
 from mlir_ansor.tuner.features import root_nest
-from tests.conftest import MATMUL, linalg_func, ops_of
+from tests.conftest import MATMUL, mul_add_generic, ops_of
 from tests.test_cost_model import make_task
 
 TWO_CORES = replace(X86_AVX2, cores=2)
@@ -68,25 +68,10 @@ def test_random_proposals_prefer_unflagged_programs_and_are_counted():
     assert all(r.name in line for r in RULES) and "judged" in line
 
 
-BATCHED_DEPTHWISE = linalg_func(
-    "%x: tensor<4x8x30x30xf32>, %w: tensor<8x3x3xf32>", "tensor<4x8x28x28xf32>", """
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<4x8x28x28xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x8x28x28xf32>) -> tensor<4x8x28x28xf32>
-  %r = linalg.generic {indexing_maps = [
-      affine_map<(n, c, h, w, kh, kw) -> (n, c, h + kh, w + kw)>,
-      affine_map<(n, c, h, w, kh, kw) -> (c, kh, kw)>,
-      affine_map<(n, c, h, w, kh, kw) -> (n, c, h, w)>],
-      iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction",
-                        "reduction"]}
-      ins(%x, %w : tensor<4x8x30x30xf32>, tensor<8x3x3xf32>)
-      outs(%f : tensor<4x8x28x28xf32>) {
-    ^bb0(%a: f32, %b: f32, %c: f32):
-      %m = arith.mulf %a, %b : f32
-      %s = arith.addf %c, %m : f32
-      linalg.yield %s : f32
-  } -> tensor<4x8x28x28xf32>
-  return %r : tensor<4x8x28x28xf32>""")
+BATCHED_DEPTHWISE = mul_add_generic(
+    "4x8x30x30", "8x3x3", "4x8x28x28", "n, c, h, w, kh, kw",
+    ("n, c, h + kh, w + kw", "c, kh, kw", "n, c, h, w"),
+    "parallel, parallel, parallel, parallel, reduction, reduction")
 
 
 def test_a_depthwise_conv_has_no_outer_product_to_grow():

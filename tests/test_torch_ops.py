@@ -5,7 +5,7 @@ import pytest
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.torch_ops import (ConvOp, EinsumOp, torch_callables, torch_counterpart,
                                         torch_op_seconds)
-from tests.conftest import DATA, linalg_func, ops_of
+from tests.conftest import DATA, mul_add_generic, ops_of
 from tests.test_analysis import _depthwise_chw
 
 
@@ -55,24 +55,10 @@ def test_the_torch_calls_compute_the_shapes_they_claim():
                             rounds=1) > 0
 
 
-STRIDED_1X1 = linalg_func(
-    "%x: tensor<1x56x56x64xf32>, %w: tensor<64x128xf32>", "tensor<1x28x28x128xf32>", """
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x28x28x128xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<1x28x28x128xf32>) -> tensor<1x28x28x128xf32>
-  %r = linalg.generic {indexing_maps = [
-      affine_map<(n, h, w, k, c) -> (n, h * 2, w * 2, c)>,
-      affine_map<(n, h, w, k, c) -> (c, k)>,
-      affine_map<(n, h, w, k, c) -> (n, h, w, k)>],
-      iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<1x56x56x64xf32>, tensor<64x128xf32>)
-      outs(%f : tensor<1x28x28x128xf32>) {
-    ^bb0(%a: f32, %b: f32, %c: f32):
-      %m = arith.mulf %a, %b : f32
-      %s = arith.addf %c, %m : f32
-      linalg.yield %s : f32
-  } -> tensor<1x28x28x128xf32>
-  return %r : tensor<1x28x28x128xf32>""")
+STRIDED_1X1 = mul_add_generic(
+    "1x56x56x64", "64x128", "1x28x28x128", "n, h, w, k, c",
+    ("n, h * 2, w * 2, c", "c, k", "n, h, w, k"),
+    "parallel, parallel, parallel, parallel, reduction")
 
 
 def test_a_strided_1x1_conv_is_a_conv_with_a_unit_kernel():
