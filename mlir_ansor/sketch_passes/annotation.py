@@ -38,6 +38,17 @@ MAX_LOCAL_TILE = (STACK_LIMIT_BYTES - STACK_HEADROOM_BYTES) // 4
 VECTORS_PER_ROW = 4  # innermost tile of the contiguous output dim, in vectors
 
 
+def outer_product_registers(rows: int, vectors: int) -> int:
+    """Vector registers of an outer-product register tile: rows x vectors accumulators,
+    the row operand's vectors loaded per reduction step and one broadcast."""
+    return rows * vectors + vectors + 1
+
+
+def most_rows(vectors: int, registers: int) -> int:
+    """The most rows an outer-product tile `vectors` wide may have in `registers`."""
+    return (registers - vectors - 1) // vectors
+
+
 @dataclass(frozen=True)
 class AnnotationLimits:
     """The caps of a CPU target's search space that follow from its machine facts."""
@@ -68,7 +79,7 @@ class AnnotationLimits:
                 v = -(-c // self.f32_lanes)
             else:
                 rows *= c
-        return rows * v + v + 1
+        return outer_product_registers(rows, v)
 
     def register_tile_fits(self, op: OpInfo, inner: dict[int, int]) -> bool:
         return self.registers(op, inner) <= self.vector_registers

@@ -14,11 +14,12 @@ from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_ROW,
-                                                 pack_candidates, packs_fit, violations)
+                                                 most_rows, pack_candidates, packs_fit,
+                                                 violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
-from mlir_ansor.sketch_passes.loops import divisors, op_by_name, unit_loops, window_loops
+from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, reuse_rows,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
-
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
 
@@ -27,27 +28,15 @@ REDUCTION_TILE = 8  # innermost reduction tile (unrolled with the register tile)
 REDUCTION_CHUNK = 256  # reduction elements per R0 step (the packed-B recipe's k block)
 
 
-def _vector_loop(op: OpInfo) -> int | None:
-    last = len(op.output.shape) - 1
-    return next((l for l in op.parallel_dims if op.output_dim_of_loop(l) == last), None)
-
-
 def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
     """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
     whole vectors of the contiguous output loop times `rows` of the innermost loop whose
     iterations reuse those vectors; None when the op has no such pair (no broadcast
     operand, or a contiguous loop that fills no vector)."""
-    vloop = _vector_loop(op)
+    vloop = lane_loop(op)
     if vloop is None:
         return None
-    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
-           if not o.is_output and o.shape]
-    vec = [x for x in ins if vloop in x]
-    if len(vec) == len(ins):
-        return None  # every input varies along the lanes: nothing to broadcast
-    unit = unit_loops(op)
-    rows_loops = [l for l in op.parallel_dims if l != vloop and l not in unit
-                  and not any(l in x for x in vec) and op.extents[l] > 1]
+    rows_loops = [l for l in reuse_rows(op, vloop) if op.extents[l] > 1]
     if not rows_loops:
         return None
     row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost
@@ -58,7 +47,7 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
         if op.extents[vloop] % (v * lanes):
             continue
         for rows in divisors(op.extents[row]):
-            if rows > MAX_OTHER_INNER or rows * v + v + 1 > regs:
+            if rows > min(MAX_OTHER_INNER, most_rows(v, regs)):
                 continue
             acc = rows * v
             score = (min(acc, hide), acc / (rows + v))
@@ -112,14 +101,15 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         p = None if levels is None else seed_program(ops, sk, levels, target=target)
         if p is None:
             continue
+        plain = _chunked(ops, root, p, target, REDUCTION_CHUNK)
         # The packed panel must fit the stack: smaller reduction chunks until it does.
         packed = None
         for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4):
-            q = _chunked(ops, root, p, target, chunk)
+            q = plain if chunk == REDUCTION_CHUNK else _chunked(ops, root, p, target, chunk)
             packed = q and _packed(ops, sk, root, q, target)
             if packed is not None:
                 break
-        for q in (packed, _chunked(ops, root, p, target, REDUCTION_CHUNK)):
+        for q in (packed, plain):
             if q is not None and q not in out:
                 out.append(q)
     return out
@@ -131,7 +121,7 @@ def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
     copied to a contiguous buffer per reduction chunk: read in place, a weight panel of a
     1x1 conv walks its rows at the output's channel stride (4 KB and more apart: the same L1
     sets); None when no such operand may be packed or its buffer does not fit."""
-    vloop = _vector_loop(root)
+    vloop = lane_loop(root)
     cands = [i for i in pack_candidates(root, sketch)
              if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
     if not cands or not packs_fit(ops, prog, root, cands[:1]):

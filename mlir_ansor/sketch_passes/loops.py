@@ -92,6 +92,27 @@ def unit_loops(op: OpInfo) -> set[int]:
             (batch_loops(op) if op.reduction_dims else set()))
 
 
+def lane_loop(op: OpInfo) -> int | None:
+    """The parallel loop that indexes the output's contiguous (last) dim: the vector lanes."""
+    last = len(op.output.shape) - 1
+    return next((l for l in op.parallel_dims if op.output_dim_of_loop(l) == last), None)
+
+
+def reuse_rows(op: OpInfo, lane: int | None) -> list[int]:
+    """Parallel loops whose iterations reuse the vectors loaded along `lane` (rows of an
+    outer-product register tile): not `lane`, not `unit_loops`, indexing no input that
+    `lane` indexes; [] when every input varies along the lanes (a depthwise conv: each row
+    loads its own input vector)."""
+    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
+           if not o.is_output and o.shape]
+    vec = [x for x in ins if lane in x]
+    if len(vec) == len(ins):
+        return []
+    unit = unit_loops(op)
+    return [l for l in op.parallel_dims
+            if l != lane and l not in unit and not any(l in x for x in vec)]
+
+
 def parallel_tiles(op: OpInfo, prog: Program, loop: int,
                    distributed: bool) -> tuple[int, int, int, int]:
     """(workgroup tile, S1 tile, register tiles per S1 tile, register tile) of parallel loop

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
-from mlir_ansor.sketch_passes.annotation import VECTORS_PER_ROW
+from mlir_ansor.sketch_passes.annotation import VECTORS_PER_ROW, most_rows
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.targets import Target
 from mlir_ansor.tuner.cost_model import Workload
@@ -47,7 +47,7 @@ def _most_accumulators(n: RootNest, t: Target) -> int:
     # The largest outer-product register tile, in vectors, that the loops and the register
     # file admit: rows x v accumulators, v row vectors and a broadcast (AnnotationLimits).
     vectors = min(-(-n.lane_extent // t.f32_lanes), VECTORS_PER_ROW)
-    return max(v * min(n.row_room, (t.vector_registers - v - 1) // v)
+    return max(v * min(n.row_room, most_rows(v, t.vector_registers))
                for v in range(1, vectors + 1))
 
 

@@ -22,8 +22,8 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
-from mlir_ansor.sketch_passes.loops import (batch_loops, footprint_shape, largest_divisor,
-                                            op_by_name, reduction_tile)
+from mlir_ansor.sketch_passes.loops import (batch_loops, footprint_shape, lane_loop,
+                                            largest_divisor, op_by_name, reduction_tile)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -155,8 +155,7 @@ def _transposed_tiles(root: OpInfo, plan: "TilePlan") -> list[tuple[int, int]]:
     """(lanes, reduction) register tiles of inputs read along a reduction loop but used
     along the vector lanes (e.g. the weight of nn.Linear, B[n, k]): the outer-product
     contraction transposes these tiles."""
-    last = len(root.output.shape) - 1
-    lane = next((l for l in root.parallel_dims if root.output_dim_of_loop(l) == last), None)
+    lane = lane_loop(root)
     out = []
     for o in root.operands:
         if o.is_output or not o.map_results or lane is None:

@@ -36,8 +36,8 @@ import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.annotation import MAX_OTHER_INNER as MAX_ROW_TILE
-from mlir_ansor.sketch_passes.loops import (footprint, op_by_name, parallel_tiles, span,
-                                            unit_loops)
+from mlir_ansor.sketch_passes.loops import (footprint, op_by_name, parallel_tiles,
+                                            reuse_rows, span)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64
@@ -283,9 +283,8 @@ class RootNest:
     reg_tile: int  # accumulator elements
     bytes: dict[str, int]  # unique bytes of all buffers touched per level (LEVELS)
     # Rows an outer-product register tile could have: the product of the extents (each at
-    # most MAX_ROW_TILE) of the parallel loops that may be tiled (not `unit_loops`) and
-    # index no input the vector loop indexes, so every row reuses the loaded vectors; 1
-    # when no input is broadcast across the lanes (a depthwise conv: nothing is reused).
+    # most MAX_ROW_TILE) of the loops whose rows reuse the loaded vectors (`reuse_rows`);
+    # 1 when no input is broadcast across the lanes (a depthwise conv: nothing is reused).
     row_room: int = 1
 
 
@@ -299,15 +298,8 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     per_level = {lvl: sum(footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
                  for lvl in LEVELS}
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
-    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
-           if not o.is_output and o.shape]
-    vec = [x for x in ins if nest.vector_loop in x]
-    row_room = 1
-    if len(vec) < len(ins):  # an input broadcast across the lanes
-        unit = unit_loops(op)
-        row_room = math.prod(min(op.extents[l], MAX_ROW_TILE) for l in op.parallel_dims
-                             if l != nest.vector_loop and l not in unit
-                             and not any(l in x for x in vec))
+    row_room = math.prod(min(op.extents[l], MAX_ROW_TILE)
+                         for l in reuse_rows(op, nest.vector_loop))
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
                     per_level, row_room)

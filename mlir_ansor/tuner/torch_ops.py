@@ -6,9 +6,9 @@ Any sum-of-products over two operands whose maps are plain loop indices is an ei
 (matmul, batch matmul, a 1x1 convolution IREE turned into a generic, transposed forms);
 one with window expressions (`oh * s + kh * d`, or `oh * s` of a strided 1x1 conv) is a
 convolution, grouped when a parallel loop indexes input, filter and output alike
-(depthwise). Other dispatches
-(reductions, elementwise, pooling, softmax) have no single counterpart: None. Only the
-contraction is timed, not the bias or activation fused after it in the dispatch.
+(depthwise). Other dispatches (reductions, elementwise, pooling, softmax) have no single
+counterpart: None. Only the contraction is timed, not the bias or activation fused after
+it in the dispatch.
 """
 from __future__ import annotations
 
