@@ -99,15 +99,16 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
     which, folder = handed_back(out, model_name)
     library: Path | None = folder / "tuned_library.mlir"
     if which == "tuned":
-        # The run's layout again (channels-last, packed weights): its library matches those
-        # dispatches.
-        text = load_layout(folder / "layout.json").apply(text)
+        # The run's layout again (channels-last, packed weights, data tiling): its library
+        # matches those dispatches.
+        layout = load_layout(folder / "layout.json")
+        text, flags = layout.apply(text), layout.flags
     else:
-        library = None
+        library, flags = None, ()
     src.write_text(text)
     vmfb = build / "tuned.vmfb"
     use = library if library is not None and library.exists() else None
-    applied = compile_model(tools, src, vmfb, cfg, use)
+    applied = compile_model(tools, src, vmfb, cfg, use, flags)
     if use is not None:
         expected = set(strategy_symbols(use.read_text()))
         if not expected <= applied:

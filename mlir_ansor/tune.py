@@ -118,6 +118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
+    p.add_argument("--data-tiling", choices=("auto", "on", "off"), default="auto",
+                   help="build the model with IREE's data tiling (packed mmt4d kernels for "
+                        "its contractions; those dispatches are left to IREE): auto where "
+                        "IREE's default build is clearly faster with it (default), on, off "
+                        "(static models on llvm-cpu)")
     p.add_argument("--kernel-seeds", action="store_true",
                    help="start each task's search with the outer-product micro-kernel that "
                         "fits the target's vector registers")
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             target=args.target, out=args.out, seed=args.seed, batch=args.batch,
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
-            kernel_seeds=args.kernel_seeds,
+            kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,

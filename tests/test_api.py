@@ -37,10 +37,10 @@ def test_load_hands_back_iree_default_where_the_run_did(tmp_path, monkeypatch):
     built = []
     real = api.compile_model
     monkeypatch.setattr(api, "compile_model",
-                        lambda tools, src, vmfb, cfg, lib: built.append(lib) or
-                        real(tools, src, vmfb, cfg, lib))
+                        lambda tools, src, vmfb, cfg, lib, flags: built.append((lib, flags))
+                        or real(tools, src, vmfb, cfg, lib, flags))
     m = api.load(model, inputs, out)
-    assert built == [None] and m.applied == ()
+    assert built == [(None, ())] and m.applied == ()
     np.testing.assert_allclose(m(*inputs), model(*inputs).detach().numpy(), rtol=1e-4,
                                atol=1e-4)
     (out / "report.json").write_text(json.dumps({"e2e": {"a": {}, "b": {}}}))

@@ -10,7 +10,7 @@ Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024), `ber
 BERT-base encoder layer, batch 1, sequence 1..512; attention's reductions over the sequence keep
 IREE's default). Every module's outputs are checked against torch at every size before it is
 timed; a mismatch prints FAILED and stops. Prints the per-size table (size, torch, IREE
-default, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
+default, IREE's data tiling, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
 size dispatcher, which branch each size takes and what each task runs there.
 
 `--static-trials N` adds the ways users cope today, at the same sizes:
@@ -39,6 +39,7 @@ from mlir_ansor.api import tune
 from mlir_ansor.dynamic import check_sizes
 from mlir_ansor.tuner.e2e import (compile_model, interleaved, module_times, torch_reference,
                                   torch_times)
+from mlir_ansor.tuner.layouts import DATA_TILING_FLAGS, load_layout
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile, run_outputs
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.tuner.validation import outputs_match
@@ -153,12 +154,16 @@ def main() -> int:
         lib = run_dir / "tuned_library.rejected.mlir"
         if lib.exists():
             print(f"note: the run handed back IREE's default; timing its rejected library {lib}")
-    modules = {"IREE default": (run_dir / "model.mlir", None),
-               "tuned": (run_dir / "model_tuned.mlir", lib)}
+    layout = run_dir / "layout.json"
+    modules = {"IREE default": (run_dir / "model.mlir", None, ()),
+               "IREE data tiling": (run_dir / "model.mlir", None, DATA_TILING_FLAGS),
+               "tuned": (run_dir / "model_tuned.mlir", lib,
+                         load_layout(layout).flags if layout.exists() else ())}
     vmfbs = {}
-    for label, (src, lib) in modules.items():
-        vmfb = out / f"{label.split()[0].lower()}.vmfb"
-        applied = compile_model(tools, src, vmfb, cfg, lib if lib and lib.exists() else None)
+    for label, (src, lib, flags) in modules.items():
+        vmfb = out / f"{label.replace(' ', '_').lower()}.vmfb"
+        applied = compile_model(tools, src, vmfb, cfg, lib if lib and lib.exists() else None,
+                                flags)
         if lib is not None and lib.exists() and not applied:
             print(f"FAILED: {label}: no strategy applied")
             return 1
@@ -226,12 +231,13 @@ def main() -> int:
     print(f"{args.workload}, dynamic {spec}: latency ms (lower quartile of "
           f"{args.rounds} interleaved rounds), outputs checked against torch at every size")
     runs = kernels_at(run_dir)
-    extra = [k for k in ("per-size", "bucketed") if k in rows[0][1]]
+    extra = [k for k in ("IREE data tiling", "per-size", "bucketed") if k in rows[0][1]]
 
     def ms(t: dict, k: str) -> str:
         return f"{t[k] * 1e3:9.3f}" if k in t else f"{'-':>9}"
 
-    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} " + "".join(f"{k:>9} " for k in extra)
+    print(f"{'size':>6} {'torch':>9} {'IREE def':>9} "
+          + "".join(f"{k.replace('IREE data tiling', 'IREE dt'):>9} " for k in extra)
           + f"{'ours':>9} {'vs IREE':>8} {'vs torch':>8}  ours runs")
     for n, t in rows:
         print(f"{n:>6} {ms(t, 'torch eager')} {ms(t, 'IREE default')} "

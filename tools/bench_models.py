@@ -35,6 +35,7 @@ from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
 from mlir_ansor.tuner.e2e import (module_times, save_inputs, torch_reference, torch_threads,
                                   torch_times)
 from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.layouts import DATA_TILING_FLAGS, load_layout
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.stages.importing import safe_dir_name
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -42,20 +43,24 @@ from mlir_ansor.tuner.validation import outputs_match
 from module_check import Built, checked, report_failure, run_tuner
 
 
-def tuned_run(model: str, run_dir: Path, plain_src: Path) -> tuple[Path, Path | None,
-                                                                    list[str] | None]:
-    """(model to compile, library or None, strategies expected applied or None = all of
-    the library's) of an earlier tuner run on `model`."""
+def tuned_run(model: str, run_dir: Path, plain_src: Path
+              ) -> tuple[Path, Path | None, tuple[str, ...], list[str] | None]:
+    """(model to compile, library or None, its build flags (e.g. IREE's data tiling),
+    strategies expected applied or None = all of the library's) of an earlier tuner run on
+    `model`."""
     report = run_dir / "report.json"
     e2e = json.loads(report.read_text()).get("e2e", {}).get(model) if report.exists() else None
     if e2e is not None and e2e.get("handed_back") == "default":
-        return plain_src, None, []  # the run handed back IREE's default build
+        return plain_src, None, (), []  # the run handed back IREE's default build
     safe = safe_dir_name(model)
     mdir = run_dir / safe if (run_dir / safe / "model.mlir").exists() else run_dir
     src = mdir / "model_tuned.mlir"  # with its packed weights / channels-last activations
     lib = mdir / "tuned_library.mlir"  # the model's own strategies
     expected = list(e2e["applied"]) if e2e is not None else None
-    return (src if src.exists() else plain_src), (lib if lib.exists() else None), expected
+    layout = mdir / "layout.json"
+    flags = load_layout(layout).flags if layout.exists() else ()
+    return ((src if src.exists() else plain_src), (lib if lib.exists() else None), flags,
+            expected)
 
 
 def torch_forms(model, inputs: tuple, refs, magnitude, cfg: MeasureConfig,
@@ -124,18 +129,17 @@ def main() -> int:
     refs, magnitude = torch_reference(model, inputs)
     # (label, model, library, extra flags, expected strategies)
     candidates = [("IREE default", src, None, (), None),
-                  ("IREE data tiling", src, None, ("--iree-dispatch-creation-data-tiling",),
-                   None)]
+                  ("IREE data tiling", src, None, DATA_TILING_FLAGS, None)]
     if channels_first_convs(src.read_text()):
         # IREE's own channels-last rewrite with its default codegen (what our tuner starts
         # from when it picks that layout): separates the layout's gain from the tuning's.
         candidates.append(("IREE channels-last", src, None, (CHANNELS_LAST_FLAG,), None))
     for label, d in tuned.items():
-        tsrc, lib, expected = tuned_run(args.model, Path(d), src)
+        tsrc, lib, flags, expected = tuned_run(args.model, Path(d), src)
         if lib is None:
             print(f"{label}: {d} has no tuned library (nothing beat IREE's default): its "
                   "module is IREE's default of its model")
-        candidates.append((label, tsrc, lib, (), expected))
+        candidates.append((label, tsrc, lib, flags, expected))
     modules: dict[str, Built] = {}
     failed: list[str] = []
     for label, path, lib, extra, expected in candidates:

@@ -110,6 +110,24 @@ def flow_dispatches(module: ir.Module) -> list[FlowDispatch]:
     return out
 
 
+def encoded(op: ir.Operation) -> bool:
+    """Whether a tensor in `op` carries an encoding (IREE's data tiling marks the operands
+    of the contractions it will turn into packed mmt4d kernels in codegen)."""
+    found = False
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        for r in o.results:
+            if isinstance(r.type, ir.RankedTensorType) and \
+                    ir.RankedTensorType(r.type).encoding is not None:
+                found = True
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
 def _segments(op: ir.Operation) -> list[list[ir.Value]]:
     """The operands of `op` split by its operandSegmentSizes."""
     sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
@@ -138,6 +156,10 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
     funcs = walk_ops(exe, "func.func")
     if len(funcs) != 1:
         raise UnsupportedDispatch(f"executable {name}: {len(funcs)} functions")
+    if encoded(funcs[0]):
+        raise UnsupportedDispatch(
+            f"left to IREE's data tiling (executable {name}: encoded tensors, packed mmt4d "
+            "kernels in codegen)")
     workload, args, arg_dims, _ = _segments(call)
     tensors = [v for v in args if isinstance(v.type, ir.RankedTensorType)]
     # Which main argument dimension each size value of the call is.

@@ -39,6 +39,7 @@ from mlir_ansor.tuner.stages.task_forming import form_tasks
 from mlir_ansor.tuner.toolchain import emulated, toolchain_for
 
 OBJECTIVES = ("f1", "f2", "f3", "f4")
+DATA_TILING = ("auto", "on", "off")
 
 
 
@@ -69,6 +70,10 @@ class TuneOptions:
     # loop.
     layout_rewrite: bool = True
     layout_tile: int | None = None  # None: the target's (layout_rewrite.pack_tile)
+    # IREE's data tiling (packed mmt4d kernels for contractions) for a static model on
+    # llvm-cpu: "auto" where its default build is clearly faster with it (timed side by
+    # side), "on" wherever it changes the model, "off" never (tuner/layouts.py).
+    data_tiling: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -127,6 +132,9 @@ class TuneOptions:
             raise UsageError(f"--batch must be >= 1 (got {self.batch})")
         if self.top_k < 1:
             raise UsageError(f"top_k must be >= 1 (got {self.top_k})")
+        if self.data_tiling not in DATA_TILING:
+            raise UsageError(f"unknown --data-tiling {self.data_tiling!r} "
+                             f"(choose from {', '.join(DATA_TILING)})")
         if self.policy not in POLICIES:
             raise UsageError(f"unknown policy {self.policy!r} (choose from {sorted(POLICIES)})")
         if self.scheduler not in ("gradient", "round_robin"):

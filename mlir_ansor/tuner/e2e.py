@@ -81,8 +81,9 @@ def model_reference(tools: Toolchain, default_vmfb: Path, model, inputs: tuple,
 
 
 def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureConfig,
-                  library: Path | None) -> set[str]:
-    """Compile; return the strategy symbols IREE applied (empty without a library).
+                  library: Path | None, flags: Sequence[str] = ()) -> set[str]:
+    """Compile (`flags`: the model's own build flags, e.g. data tiling); return the
+    strategy symbols IREE applied (empty without a library).
 
     With a library, in two steps: up to global optimization without it, then the rest with
     it. In one step IREE 3.13 can deadlock (seen as a compile asleep at 0% CPU): its
@@ -90,11 +91,11 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     lock."""
     cfg_dir = out.parent / (out.stem + "_configs")
     shutil.rmtree(cfg_dir, ignore_errors=True)  # an earlier build's dump must not vouch
-    extra = [f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
+    extra = [*flags, f"--iree-hal-dump-executable-configurations-to={cfg_dir}"]
     if library is not None:
         staged = out.parent / (out.stem + "_global_opt.mlir")
         res = compile_module(tools, model_mlir, staged, cfg, None,
-                             ["--compile-to=global-optimization"],
+                             [*flags, "--compile-to=global-optimization"],
                              timeout_s=cfg.model_compile_timeout_s)
         if res.returncode != 0:
             raise CompileError(f"iree-compile failed on {model_mlir}: "
@@ -206,11 +207,12 @@ def check_outputs(tools: Toolchain, vmfb: Path, in_paths: Sequence[Path],
 
 def check_tuned(tools: Toolchain, model_mlir: Path, library: Path | None, vmfb: Path,
                 cfg: MeasureConfig, expected: Sequence[str], in_paths: Sequence[Path],
-                refs: Sequence[np.ndarray], mags: Sequence[np.ndarray]
-                ) -> tuple[set[str], float]:
-    """Build a model with `library`, require the `expected` strategies applied and its
-    results to match torch; (applied strategies, max abs error)."""
-    applied = compile_model(tools, model_mlir, vmfb, cfg, library)
+                refs: Sequence[np.ndarray], mags: Sequence[np.ndarray],
+                flags: Sequence[str] = ()) -> tuple[set[str], float]:
+    """Build a model with `library` (and its build `flags`), require the `expected`
+    strategies applied and its results to match torch; (applied strategies, max abs
+    error)."""
+    applied = compile_model(tools, model_mlir, vmfb, cfg, library, flags)
     missing = set(expected) - applied
     if missing:
         raise StrategiesNotApplied(sorted(missing))
@@ -245,12 +247,14 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                out_dir: Path, cfg: MeasureConfig, expected: Sequence[str],
                rounds: int = 11, tuned_mlir: Path | None = None,
                prebuilt_default: Path | None = None,
-               checks: Sequence[tuple[str, tuple]] = ()) -> EndToEnd:
+               checks: Sequence[tuple[str, tuple]] = (),
+               flags: Sequence[str] = ()) -> EndToEnd:
     """Compile `model_mlir` with IREE's defaults (or take `prebuilt_default`, a module an
     earlier step built from it that way) and `tuned_mlir` (default: the same model, else
-    e.g. with packed weights) with `library`; check both against torch, on `inputs` and on
-    every (label, inputs) of `checks` (other sizes of a dynamic model); time torch and both
-    modules side by side on `inputs`."""
+    e.g. with packed weights) with `library` and the tuned form's build `flags` (e.g. data
+    tiling); check both against torch, on `inputs` and on every (label, inputs) of `checks`
+    (other sizes of a dynamic model); time torch and both modules side by side on
+    `inputs`."""
     in_paths = save_inputs(inputs, out_dir)
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
@@ -264,12 +268,12 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     refs, mags, max_err, differs = model_reference(tools, default_vmfb, model, inputs,
                                                    in_paths, out_dir, cfg)
     applied: set[str] = set()
-    same = library is None and tuned_mlir is None
+    same = library is None and tuned_mlir is None and not flags
     if same:  # nothing beat IREE's default: the tuned module is the default one
         tuned_vmfb = default_vmfb
     else:
         applied, err = check_tuned(tools, tuned_mlir or model_mlir, library, tuned_vmfb, cfg,
-                                   expected, in_paths, refs, mags)
+                                   expected, in_paths, refs, mags, flags)
         max_err = max(max_err, err)
     check_paths = []
     for i, (label, xs) in enumerate(checks):

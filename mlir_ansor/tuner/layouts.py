@@ -9,6 +9,14 @@ width (56, 28, 14, 7 in ResNet: 7 fills no 8-lane vector); and IREE's defaults o
 forms were within this VM's noise on the ResNet basic block, so a strict "faster" flipped
 the choice between runs (14.19 vs 12.68 ms one day, 11.40 vs 11.69 ms the next).
 
+IREE's data tiling (`--iree-dispatch-creation-data-tiling`): IREE packs the operands of a
+model's contractions into tiles of its mmt4d micro-kernels (constant weights once, at
+compile time) and runs those kernels. It is a whole-model build choice, like channels-last:
+both builds of IREE's default are timed side by side, and tuning starts from the data-tiled
+form where it is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded
+tensors) are left to IREE; the others are tuned as usual, and every later build of the model
+(the end-to-end check, `build.sh`) passes the flag.
+
 Constant weights: which dispatches a packed weight (dialect_helpers/layout_rewrite.py)
 brings, and which it replaces.
 
@@ -39,13 +47,23 @@ from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_sour
 from mlir_ansor.tuner.toolchain import Toolchain
 
 
+DATA_TILING_FLAGS = ("--iree-dispatch-creation-data-tiling",)
+
+
 @dataclass(frozen=True)
 class ModelLayout:
-    """The layout of the model handed back: activations channels-last or as imported, and
-    the constant weights packed at `sites` (found on the model after the first rewrite)."""
+    """The layout of the model handed back: activations channels-last or as imported, the
+    constant weights packed at `sites` (found on the model after the first rewrite), and
+    whether IREE builds it with its data tiling (`flags`)."""
 
     channels_last: bool = False
     sites: tuple[PackSite, ...] = ()
+    data_tiling: bool = False
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """iree-compile flags every build of the model in this layout needs."""
+        return DATA_TILING_FLAGS if self.data_tiling else ()
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
@@ -53,7 +71,7 @@ class ModelLayout:
 
     @property
     def changed(self) -> bool:
-        return self.channels_last or bool(self.sites)
+        return self.channels_last or bool(self.sites) or self.data_tiling
 
 
 @dataclass(frozen=True)
@@ -104,16 +122,73 @@ def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: 
 
 
 @dataclass(frozen=True)
+class DataTilingChoice:
+    on: bool
+    plain_s: float | None  # IREE's default build of the model (None: not timed)
+    tiled_s: float | None  # ... with data tiling (None: not timed, or it failed)
+    why: str = ""  # why it was not taken, or not measured
+
+
+# Data tiling is taken where IREE's default build with it is this much faster: the form
+# without it keeps every contraction tunable, which tuning often speeds up by more than
+# a few percent.
+DATA_TILING_MARGIN = 1.05
+# ... and saves at least this much per call: a small model's builds differ by a few
+# microseconds, within the noise of a module call (tools/call_floor.py: about 30 us here),
+# and such a choice flipped between two runs (0.054 against 0.051 ms, then 0.052 / 0.054).
+DATA_TILING_MIN_SAVING_S = 50e-6
+
+
+def data_tiled_contractions(flow: str) -> bool:
+    """Whether data tiling changes anything in a flow-level module built with it (some
+    tensor carries IREE's encoding)."""
+    return "#iree_encoding." in flow
+
+
+def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path, inputs: Sequence[Path],
+                       tools: Toolchain, cfg: MeasureConfig,
+                       margin: float = DATA_TILING_MARGIN, rounds: int = 3
+                       ) -> DataTilingChoice:
+    """Time IREE's default builds of a model without and with data tiling side by side
+    (interleaved, order alternating); data tiling is taken where it is more than `margin`
+    times faster. Both modules must already be built and checked."""
+    vmfbs = [plain_vmfb, tiled_vmfb]
+    times: list[list[float]] = [[], []]
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            try:
+                times[i] += module_times(tools, vmfbs[i], inputs, cfg)
+            except CompileError:
+                return DataTilingChoice(False, None, None, f"timing {vmfbs[i].name} failed")
+    plain, tiled = (lower_quartile(t) for t in times)
+    return decide_data_tiling(plain, tiled, margin)
+
+
+def decide_data_tiling(plain_s: float, tiled_s: float,
+                       margin: float = DATA_TILING_MARGIN) -> DataTilingChoice:
+    """On where the data-tiled build is over `margin` times faster and saves at least
+    DATA_TILING_MIN_SAVING_S per call."""
+    if plain_s <= tiled_s * margin:
+        return DataTilingChoice(False, plain_s, tiled_s,
+                                f"not over {margin:.2f}x faster with IREE's defaults")
+    if plain_s - tiled_s < DATA_TILING_MIN_SAVING_S:
+        return DataTilingChoice(False, plain_s, tiled_s, "saves under "
+                                f"{DATA_TILING_MIN_SAVING_S * 1e6:.0f} us a call: within noise")
+    return DataTilingChoice(True, plain_s, tiled_s)
+
+
+@dataclass(frozen=True)
 class Alternative:
     sites: tuple[PackSite, ...]  # packed together: ops of one signature (same op, same types)
     removed: tuple[tuple[str, int], ...]  # (task key, calls) of the plain model it replaces
     added: tuple[tuple[str, int], ...]  # (task key, calls) it brings
 
 
-def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
+def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: float,
+               flags: Sequence[str] = ()) -> str:
     """Flow-level module of a model text (written to `path` for iree-compile)."""
     path.write_text(text)
-    return flow_source(path, target, tools, timeout_s)
+    return flow_source(path, target, tools, timeout_s, flags)
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
@@ -182,7 +257,8 @@ def initial_latency(alts: Sequence[Alternative], defaults: Mapping[str, float | 
 def save_layout(path: Path, layout: ModelLayout) -> None:
     """The layout of the model handed back (`load_layout` re-applies it)."""
     path.write_text(json.dumps({"channels_last": layout.channels_last,
-                                "sites": [asdict(s) for s in layout.sites]}, indent=1))
+                                "sites": [asdict(s) for s in layout.sites],
+                                "data_tiling": layout.data_tiling}, indent=1))
 
 
 def load_layout(path: Path) -> ModelLayout:
@@ -196,6 +272,7 @@ def load_layout(path: Path) -> ModelLayout:
             data = {"channels_last": False, "sites": data}
         sites = tuple(PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
                       for d in data["sites"])
-        return ModelLayout(bool(data["channels_last"]), sites)
+        return ModelLayout(bool(data["channels_last"]), sites,
+                           bool(data.get("data_tiling", False)))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

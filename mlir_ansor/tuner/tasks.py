@@ -5,6 +5,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from iree.compiler import ir
@@ -101,9 +102,12 @@ def parse_tensor_type(t: str, dynamic: bool = False) -> tuple[tuple[int, ...], n
     return dims, np.dtype(_DTYPES[m.group(2)])
 
 
-def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: float) -> str:
-    """The model after IREE's dispatch formation (`--compile-to=flow`)."""
-    cmd = [tools.compile, str(model_mlir), *target_flags(target), "--compile-to=flow", "-o", "-"]
+def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: float,
+                flags: Sequence[str] = ()) -> str:
+    """The model after IREE's dispatch formation (`--compile-to=flow`); `flags`: the
+    model's own build flags (e.g. data tiling)."""
+    cmd = [tools.compile, str(model_mlir), *target_flags(target), *flags, "--compile-to=flow",
+           "-o", "-"]
     res = run_isolated(cmd, timeout_s)
     if res.returncode != 0:
         raise CompileError(f"iree-compile could not form dispatches: {res.stderr.strip()[:500]}")

@@ -181,7 +181,8 @@ class _Export:
         return self.layout(name).changed or name in self.plans
 
     def layout(self, name: str) -> ModelLayout:
-        return ModelLayout(self.state.forms[name].channels_last, self.sites[name])
+        f = self.state.forms[name]
+        return ModelLayout(f.channels_last, self.sites[name], f.tiled)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state
@@ -191,7 +192,8 @@ class _Export:
         if plan is not None:
             text = branch_by_size(text, plan.arg, plan.dim, plan.cuts)
         if self.sites[m.name] or plan is not None:
-            seen = tagged_dispatches(model_flow(text, path, st.opts.target, st.tools, 600))
+            seen = tagged_dispatches(model_flow(text, path, st.opts.target, st.tools, 600,
+                                                st.forms[m.name].flags))
             self.present[m.name] = frozenset(k for k, _, _ in seen)
             if plan is not None:
                 self.tagged[m.name] = [(k, tag, d.pattern.task_mlir if d.pattern else "")
@@ -256,7 +258,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                               tuned_mlir=(m.dir / "model_tuned.mlir"
                                           if ex.rewritten(m.name) else None),
                               prebuilt_default=prebuilt, checks=checks,
-                              rounds=state.opts.e2e_rounds)
+                              rounds=state.opts.e2e_rounds, flags=state.forms[m.name].flags)
         except DefaultModuleError:
             raise  # IREE's own module: nothing of ours to drop
         except CompileError as err:
@@ -283,7 +285,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                         paths, r, mg, _ = refs[0]
                         check_tuned(tools, m.dir / "model_tuned.mlir", lib, probe_dir / "m.vmfb",
                                     cfg, [strategy_name(e.task_id) for e in subset],
-                                    paths, r, mg)
+                                    paths, r, mg, state.forms[m.name].flags)
                         for paths, r, mg, d in refs[1:]:  # the other sizes too
                             check_outputs(tools, probe_dir / "m.vmfb", paths, r, mg, d, cfg)
                         return False
@@ -342,7 +344,7 @@ def hand_back(state: RunState) -> RunState:
         wins[m.name] = changed and (not e2es[m.name].measured or e2es[m.name].speedup >= 1.0)
         lib = m.dir / LIBRARY
         if wins[m.name]:
-            write_build_script(m.dir, flags)
+            write_build_script(m.dir, (*flags, *ex.layout(m.name).flags))
         else:  # IREE's default is handed back: nothing may apply the library by accident
             if lib.exists():
                 lib.replace(m.dir / REJECTED_LIBRARY)

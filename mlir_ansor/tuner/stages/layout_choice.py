@@ -1,17 +1,23 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
-side), and the packable constant weights with the dispatches each packing brings
+side); IREE's data tiling where its default build is clearly faster with it; and, without
+data tiling, the packable constant weights with the dispatches each packing brings
 (`layouts`).
 Tasks are formed from these forms, so this stage comes before task forming."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
+from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
-from mlir_ansor.tuner.e2e import check_default, save_inputs
-from mlir_ansor.tuner.layouts import alternatives, choose_activation_layout
+from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
+                                  torch_reference)
+from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, DataTilingChoice, alternatives,
+                                      choose_activation_layout, choose_data_tiling,
+                                      data_tiled_contractions)
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source
 
@@ -39,11 +45,24 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         except LayoutRewriteError as e:
             notes.append(f"Channels-last skipped for {m.name}: {e}")
     channels_last = bool(activation and activation.channels_last)
+    base_vmfb = plain
     if channels_last:
         base = m.dir / "model_channels_last.mlir"
-    flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
+        base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
+    tiling, tiled_flow = None, None
+    if opts.data_tiling != "off" and relayout:
+        if m.dynamic is not None:
+            notes.append(f"Data tiling not tried for {m.name}: a dynamic model (its size "
+                         "dispatcher branches on plain dispatches)")
+        else:
+            tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
+    flow = (tiled_flow if tiling and tiling.on else
+            flow_source(base, opts.target, tools, FLOW_TIMEOUT_S))
     alts, packed = [], []
-    if relayout:
+    if tiling and tiling.on:
+        notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: IREE's data "
+                     "tiling packs its contractions' weights")
+    elif relayout:
         try:
             # Not the convs of a channels-last model: packing them doubled ResNet-50's
             # tasks (33 -> 72) and, at 600 trials, ended at 80.0 ms against 54.3 ms
@@ -55,7 +74,33 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     return ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
-                      tuple(alts), tuple(packed), flow), notes
+                      tuple(alts), tuple(packed), flow, tiling), notes
+
+
+def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
+                ) -> tuple[DataTilingChoice | None, str | None]:
+    """Whether `base` is tuned with IREE's data tiling, and its flow-level module with it.
+    None where data tiling changes no dispatch of the model. Its default build must match
+    torch; with --data-tiling auto it must also be clearly faster than `base_vmfb` (IREE's
+    default build of `base`)."""
+    opts, tools = state.opts, state.tools
+    flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, DATA_TILING_FLAGS)
+    if not data_tiled_contractions(flow):
+        return None, None
+    work = m.dir / "e2e" / "data_tiling"
+    work.mkdir(parents=True, exist_ok=True)
+    in_paths = save_inputs(m.inputs, work)
+    vmfb = work / "default.vmfb"
+    try:
+        compile_model(tools, base, vmfb, state.cfg, None, DATA_TILING_FLAGS)
+        refs, mags = torch_reference(m.model, m.inputs)
+        check_outputs(tools, vmfb, in_paths, refs, mags, work, state.cfg)
+    except CompileError as e:
+        return DataTilingChoice(False, None, None, f"IREE's data-tiled build: {e}"[:300]), None
+    if opts.data_tiling == "on":
+        return DataTilingChoice(True, None, None, "--data-tiling on"), flow
+    choice = choose_data_tiling(base_vmfb, vmfb, in_paths, tools, state.cfg)
+    return choice, (flow if choice.on else None)
 
 
 def choose_layouts(state: RunState) -> RunState:

@@ -125,6 +125,16 @@ def layout_parts(state: RunState) -> list[str]:
                      f"imported {fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
                      + ("channels-last (model_tuned.mlir)" if a.channels_last
                         else f"as imported ({a.why})"))
+    for name, f in state.forms.items():
+        d = f.data_tiling
+        if d is None:
+            continue
+        timed = (f"IREE's default builds side by side: without {fmt_ms(d.plain_s)} ms, with "
+                 f"{fmt_ms(d.tiled_s)} ms: " if d.plain_s and d.tiled_s else "")
+        parts.append(f"IREE data tiling of {name} ({timed}"
+                     + ("on: its data-tiled contractions are left to IREE's mmt4d kernels, "
+                        "every build passes --iree-dispatch-creation-data-tiling)" if d.on
+                        else f"off: {d.why})"))
     return parts
 
 
@@ -287,6 +297,7 @@ def write_report(state: RunState) -> RunState:
                                      for r in e.by_size],
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
+                         "data_tiling": state.forms[m.name].tiled,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",
                          "size_dispatcher": _plan_json(hb.plans.get(m.name))}
                 for m in state.models for e in [hb.e2e[m.name]]}}, indent=2))

@@ -9,7 +9,8 @@ from typing import Any, Callable, Container, Mapping
 from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
-from mlir_ansor.tuner.layouts import ActivationChoice, Alternative, ModelLayout
+from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
+                                      ModelLayout)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -50,7 +51,17 @@ class ModelForms:
     plain_keys: frozenset[str]  # dispatch keys of `base`
     alternatives: tuple[Alternative, ...]  # packable weight sites
     packed_tasks: tuple[Task, ...]  # dispatches only a packed form has
-    flow: str  # `base` after dispatch formation
+    flow: str  # `base` after dispatch formation (with `flags`)
+    data_tiling: DataTilingChoice | None = None  # None: not considered (see the notes)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """iree-compile flags of every build of this model's tuned form."""
+        return ModelLayout(data_tiling=self.tiled).flags
+
+    @property
+    def tiled(self) -> bool:
+        return bool(self.data_tiling and self.data_tiling.on)
 
 
 def what_runs(timed: Mapping[str, tuple[float, float]], tuned: Container[str],
@@ -88,7 +99,7 @@ class HandBack:
         return what_runs(self.timed, set(self.entry_key.values()), defaults)
 
     def layout(self, model: str, forms: ModelForms) -> ModelLayout:
-        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())))
+        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())), forms.tiled)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,97 @@
+"""IREE's data tiling as a model build choice: its data-tiled dispatches are left to IREE,
+the choice is timed with a margin, and every build of a data-tiled run passes the flag."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mlir_ansor import api
+from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, data_tiled_contractions,
+                                      decide_data_tiling)
+from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+from mlir_ansor.tuner.toolchain import Toolchain
+from tests.conftest import MATMUL, QUICK_CLI
+
+
+@pytest.mark.parametrize("flags", [(), DATA_TILING_FLAGS])
+def test_data_tiled_dispatches_are_left_to_iree(tmp_path, flags):
+    src = tmp_path / "mm.mlir"
+    src.write_text(MATMUL)
+    flow = flow_source(src, "llvm-cpu", Toolchain.find(), 120, flags)
+    (task,) = extract_tasks(flow)
+    assert data_tiled_contractions(flow) == bool(flags)
+    if flags:
+        assert not task.tunable
+        assert task.skip_reason.startswith("left to IREE's data tiling")
+    else:
+        assert task.tunable, task.skip_reason
+
+
+@pytest.mark.parametrize("plain_ms, tiled_ms, on", [
+    (2.385, 1.256, True),   # the bundled mlp
+    (13.48, 11.28, True),   # bert_layer
+    (1.00, 0.97, False),    # within the margin
+    (0.054, 0.051, False),  # over the margin, but 3 us: a small model's noise
+])
+def test_data_tiling_needs_a_clear_saving(plain_ms, tiled_ms, on):
+    choice = decide_data_tiling(plain_ms / 1e3, tiled_ms / 1e3)
+    assert choice.on == on
+    assert choice.why == ("" if on else choice.why) and (on or choice.why)
+
+
+class LinearSoftmax(torch.nn.Module):
+    """Large enough that IREE's data-tiled Linear is clearly faster than its default one
+    (the tuned module must win end to end for build.sh and the API to build it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(512, 512)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=-1)
+
+
+def make():
+    torch.manual_seed(0)
+    return LinearSoftmax().eval(), (torch.randn(128, 512),)
+
+
+def test_a_data_tiled_run_builds_every_module_with_the_flag(tmp_path):
+    out = tmp_path / "run"
+    quick = [a for a in QUICK_CLI]
+    quick[quick.index("--data-tiling") + 1] = "on"
+    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{__file__}:make",
+                          "--trials", "4", "--batch", "2", "--out", str(out), *quick],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (e2e,) = report["e2e"].values()
+    assert e2e["data_tiling"] is True
+    assert json.loads((out / "layout.json").read_text())["data_tiling"] is True
+    status = [t["status"] for t in report["tasks"]]
+    assert any(s.startswith("left to IREE's data tiling") for s in status), status
+    assert "IREE data tiling of" in res.stdout
+    # The checked module ran IREE's data-tiled (mmt4d) kernel for the Linear.
+    configs = (out / "e2e" / "tuned_configs")
+    assert any("mmt4d" in p.read_text() for p in configs.glob("*.mlir"))
+    # build.sh and the API build what was handed back: the data-tiled form with the flag,
+    # or (the tuned module lost end to end on a noisy machine) IREE's default without it.
+    tiled = e2e["handed_back"] == "tuned"
+    assert (DATA_TILING_FLAGS[0] in (out / "build.sh").read_text()) == tiled
+    built = tmp_path / "built.vmfb"
+    env = dict(os.environ, IREE_COMPILE=Toolchain.find().compile)
+    subprocess.run([str(out / "build.sh"), str(built)], check=True, capture_output=True,
+                   env=env)
+    assert built.exists()
+    model, inputs = make()
+    module = api.load(model, inputs, out)
+    api_configs = module.vmfb.parent / (module.vmfb.stem + "_configs")
+    assert any("mmt4d" in p.read_text() for p in api_configs.glob("*.mlir")) == tiled
+    assert set(module.applied) == (set(e2e["applied"]) if tiled else set())
+    got = module(*inputs)
+    want = model(*inputs).detach().numpy()
+    assert abs(got - want).max() < 1e-4
