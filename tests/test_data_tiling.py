@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from mlir_ansor import api
+from mlir_ansor.tuner import layouts
+from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, data_tiled_contractions,
                                       decide_data_tiling)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
@@ -95,3 +97,46 @@ def test_a_data_tiled_run_builds_every_module_with_the_flag(tmp_path):
     got = module(*inputs)
     want = model(*inputs).detach().numpy()
     assert abs(got - want).max() < 1e-4
+
+
+def test_the_choice_weighs_every_size_sample(monkeypatch, tmp_path):
+    """A dynamic model: data tiling slower at a small size, faster at a large one; the
+    samples' weights decide (the weighted geometric mean of their latencies)."""
+    ms = {("plain", "small"): 1.0, ("tiled", "small"): 2.0,
+          ("plain", "large"): 4.0, ("tiled", "large"): 1.0}
+    monkeypatch.setattr(layouts, "module_times",
+                        lambda tools, vmfb, inputs, cfg: [ms[vmfb.stem, inputs[0].stem] / 1e3])
+    plain, tiled = tmp_path / "plain.vmfb", tmp_path / "tiled.vmfb"
+    small, large = [tmp_path / "small.npy"], [tmp_path / "large.npy"]
+    even = layouts.choose_data_tiling(plain, tiled, [(small, 1.0), (large, 1.0)], None,
+                                      MeasureConfig())
+    assert even.on and even.plain_s == pytest.approx(2e-3)
+    assert even.tiled_s == pytest.approx(2 ** 0.5 * 1e-3)
+    mostly_small = layouts.choose_data_tiling(plain, tiled, [(small, 3.0), (large, 1.0)],
+                                              None, MeasureConfig())
+    assert not mostly_small.on
+    assert mostly_small.tiled_s > mostly_small.plain_s
+
+
+def test_a_dynamic_model_is_data_tiled_and_correct_at_every_size(tmp_path):
+    out = tmp_path / "run"
+    quick = list(QUICK_CLI)
+    quick[quick.index("--data-tiling") + 1] = "on"
+    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{__file__}:make",
+                          "--dynamic", "x:0=1..160", "--size-samples", "2", "--trials", "2",
+                          "--batch", "2", "--out", str(out), *quick],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    # IREE's data-tiled build was checked against torch at both size samples first.
+    checked = sorted(p.name for p in (out / "e2e" / "data_tiling").glob("sample*"))
+    assert checked == ["sample0", "sample1"]
+    report = json.loads((out / "report.json").read_text())
+    (e2e,) = report["e2e"].values()
+    assert e2e["data_tiling"] is True
+    assert "tensor<?x512xf32>" in (out / "model.mlir").read_text()
+    status = [t["status"] for t in report["tasks"]]
+    assert any(s.startswith("left to IREE's data tiling") for s in status), status
+    # The handed-back module matched torch at every checked size, 1 and 160 included.
+    assert {"x_0=1", "x_0=160"} <= set(e2e["also_checked_at"])
+    configs = out / "e2e" / "tuned_configs"
+    assert any("mmt4d" in p.read_text() for p in configs.glob("*.mlir"))

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
@@ -145,22 +147,31 @@ def data_tiled_contractions(flow: str) -> bool:
     return "#iree_encoding." in flow
 
 
-def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path, inputs: Sequence[Path],
-                       tools: Toolchain, cfg: MeasureConfig,
-                       margin: float = DATA_TILING_MARGIN, rounds: int = 3
-                       ) -> DataTilingChoice:
+def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
+                       samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
+                       cfg: MeasureConfig, margin: float = DATA_TILING_MARGIN,
+                       rounds: int = 3) -> DataTilingChoice:
     """Time IREE's default builds of a model without and with data tiling side by side
-    (interleaved, order alternating); data tiling is taken where it is more than `margin`
-    times faster. Both modules must already be built and checked."""
+    (interleaved, order alternating) on each of `samples` (input files, weight: one for a
+    static model, its size samples for a dynamic one); data tiling is taken where it is more
+    than `margin` times faster on the weighted geometric mean. Both modules must already be
+    built and checked."""
     vmfbs = [plain_vmfb, tiled_vmfb]
-    times: list[list[float]] = [[], []]
-    for r in range(rounds):
-        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            try:
-                times[i] += module_times(tools, vmfbs[i], inputs, cfg)
-            except CompileError:
-                return DataTilingChoice(False, None, None, f"timing {vmfbs[i].name} failed")
-    plain, tiled = (lower_quartile(t) for t in times)
+    per: list[tuple[float, float]] = []
+    for inputs, _ in samples:
+        times: list[list[float]] = [[], []]
+        for r in range(rounds):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                try:
+                    times[i] += module_times(tools, vmfbs[i], inputs, cfg)
+                except CompileError:
+                    return DataTilingChoice(False, None, None, f"timing {vmfbs[i].name} failed")
+        per.append((lower_quartile(times[0]), lower_quartile(times[1])))
+    weights = np.asarray([w for _, w in samples], dtype=np.float64)
+    if not len(per) or weights.sum() <= 0:
+        raise ValueError("choose_data_tiling needs samples with a positive weight")
+    plain, tiled = (float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
+                    for k in (0, 1))
     return decide_data_tiling(plain, tiled, margin)
 
 

@@ -1,6 +1,7 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
-side); IREE's data tiling where its default build is clearly faster with it; and, without
+side); IREE's data tiling where its default build is clearly faster with it (at the size
+samples of a dynamic model); and, without
 data tiling, the packable constant weights with the dispatches each packing brings
 (`layouts`).
 Tasks are formed from these forms, so this stage comes before task forming."""
@@ -51,11 +52,7 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
     tiling, tiled_flow = None, None
     if opts.data_tiling != "off" and relayout:
-        if m.dynamic is not None:
-            notes.append(f"Data tiling not tried for {m.name}: a dynamic model (its size "
-                         "dispatcher branches on plain dispatches)")
-        else:
-            tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
+        tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
     flow = (tiled_flow if tiling and tiling.on else
             flow_source(base, opts.target, tools, FLOW_TIMEOUT_S))
     alts, packed = [], []
@@ -81,26 +78,44 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
                 ) -> tuple[DataTilingChoice | None, str | None]:
     """Whether `base` is tuned with IREE's data tiling, and its flow-level module with it.
     None where data tiling changes no dispatch of the model. Its default build must match
-    torch; with --data-tiling auto it must also be clearly faster than `base_vmfb` (IREE's
-    default build of `base`)."""
+    torch on the example (and, for a dynamic model, at every size sample); with
+    --data-tiling auto it must also be clearly faster than `base_vmfb` (IREE's default
+    build of `base`) there, weighted as the samples are."""
     opts, tools = state.opts, state.tools
     flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, DATA_TILING_FLAGS)
     if not data_tiled_contractions(flow):
         return None, None
     work = m.dir / "e2e" / "data_tiling"
     work.mkdir(parents=True, exist_ok=True)
-    in_paths = save_inputs(m.inputs, work)
     vmfb = work / "default.vmfb"
+    samples = []  # (inputs, weight, where)
+    for i, (xs, weight) in enumerate(sample_inputs(m)):
+        where = work / f"sample{i}"
+        where.mkdir(exist_ok=True)
+        samples.append((xs, weight, where, save_inputs(xs, where)))
     try:
         compile_model(tools, base, vmfb, state.cfg, None, DATA_TILING_FLAGS)
-        refs, mags = torch_reference(m.model, m.inputs)
-        check_outputs(tools, vmfb, in_paths, refs, mags, work, state.cfg)
+        for xs, _, where, paths in samples:
+            refs, mags = torch_reference(m.model, xs)
+            check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
     except CompileError as e:
         return DataTilingChoice(False, None, None, f"IREE's data-tiled build: {e}"[:300]), None
     if opts.data_tiling == "on":
         return DataTilingChoice(True, None, None, "--data-tiling on"), flow
-    choice = choose_data_tiling(base_vmfb, vmfb, in_paths, tools, state.cfg)
+    choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p in samples], tools,
+                                state.cfg)
     return choice, (flow if choice.on else None)
+
+
+def sample_inputs(m: ModelIn) -> list[tuple[tuple, float]]:
+    """(inputs, weight) a model's whole-model choices are checked and timed on: its example
+    for a static model; for a dynamic one its size samples (the sizes its dynamic tasks are
+    tuned at, weighted by --shape-weights)."""
+    if m.dynamic is None or not m.samples:
+        return [(m.inputs, 1.0)]
+    symbol = {(pos, d.dim): d.symbol for d, pos in zip(m.dynamic.dims, m.dynamic.positions)}
+    return [(m.dynamic.inputs_at(m.inputs, {symbol[k]: n for k, n in s.sizes}, seed=i),
+             s.weight) for i, s in enumerate(m.samples)]
 
 
 def choose_layouts(state: RunState) -> RunState:
