@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
-from mlir_ansor.tuner.builder import misplaced_branch_strategies
+from mlir_ansor.tuner.builder import first_error_line, misplaced_branch_strategies
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
                                       compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -99,7 +99,7 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
                              timeout_s=cfg.model_compile_timeout_s)
         if res.returncode != 0:
             raise CompileError(f"iree-compile failed on {model_mlir}: "
-                               f"{res.stderr.strip()[-500:]}")
+                               f"{first_error_line(res.stderr)}")
         model_mlir = staged
         # Single-threaded: with several dispatches configured in parallel, IREE 3.13 also
         # deadlocked in the second step (gdb: a worker in MaterializeUserConfigs waits on
@@ -109,7 +109,8 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     res = compile_module(tools, model_mlir, out, cfg, library, extra,
                          timeout_s=cfg.model_compile_timeout_s)
     if res.returncode != 0:
-        raise CompileError(f"iree-compile failed on {model_mlir}: {res.stderr.strip()[-500:]}")
+        raise CompileError(f"iree-compile failed on {model_mlir}: "
+                           f"{first_error_line(res.stderr)}")
     return applied_strategies(cfg_dir)
 
 

@@ -40,6 +40,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
+from mlir_ansor.dialect_helpers.data_tiling_hints import with_hints
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.errors import CompileError
@@ -56,11 +57,13 @@ DATA_TILING_FLAGS = ("--iree-dispatch-creation-data-tiling",)
 class ModelLayout:
     """The layout of the model handed back: activations channels-last or as imported, the
     constant weights packed at `sites` (found on the model after the first rewrite), and
-    whether IREE builds it with its data tiling (`flags`)."""
+    whether IREE builds it with its data tiling (`flags`), on the contractions at
+    `tiled_sites` (data_tiling_hints; positions in the model after the activation layout)."""
 
     channels_last: bool = False
     sites: tuple[PackSite, ...] = ()
     data_tiling: bool = False
+    tiled_sites: tuple[int, ...] = ()
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -69,6 +72,8 @@ class ModelLayout:
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
+        if self.data_tiling:  # (no packed weights then: IREE packs the contractions')
+            base = with_hints(base, self.tiled_sites)
         return rewrite(base, self.sites)
 
     @property
@@ -129,6 +134,8 @@ class DataTilingChoice:
     plain_s: float | None  # IREE's default build of the model (None: not timed)
     tiled_s: float | None  # ... with data tiling (None: not timed, or it failed)
     why: str = ""  # why it was not taken, or not measured
+    sites: tuple[int, ...] = ()  # the contractions data-tiled (data_tiling_hints positions)
+    left: tuple[str, ...] = ()  # contractions left out: "signature: why"
 
 
 # Data tiling is taken where IREE's default build with it is this much faster: the form
@@ -269,7 +276,8 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
     """The layout of the model handed back (`load_layout` re-applies it)."""
     path.write_text(json.dumps({"channels_last": layout.channels_last,
                                 "sites": [asdict(s) for s in layout.sites],
-                                "data_tiling": layout.data_tiling}, indent=1))
+                                "data_tiling": layout.data_tiling,
+                                "data_tiled_sites": list(layout.tiled_sites)}, indent=1))
 
 
 def load_layout(path: Path) -> ModelLayout:
@@ -284,6 +292,7 @@ def load_layout(path: Path) -> ModelLayout:
         sites = tuple(PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
                       for d in data["sites"])
         return ModelLayout(bool(data["channels_last"]), sites,
-                           bool(data.get("data_tiling", False)))
+                           bool(data.get("data_tiling", False)),
+                           tuple(int(i) for i in data.get("data_tiled_sites", ())))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

@@ -21,6 +21,7 @@ from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.procs import run_isolated
+from mlir_ansor.tuner.builder import first_error_line
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 _DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32,
@@ -110,7 +111,8 @@ def flow_source(model_mlir: Path, target: str, tools: Toolchain, timeout_s: floa
            "-o", "-"]
     res = run_isolated(cmd, timeout_s)
     if res.returncode != 0:
-        raise CompileError(f"iree-compile could not form dispatches: {res.stderr.strip()[:500]}")
+        raise CompileError("iree-compile could not form dispatches: "
+                           f"{first_error_line(res.stderr)}")
     return res.stdout
 
 

@@ -182,7 +182,7 @@ class _Export:
 
     def layout(self, name: str) -> ModelLayout:
         f = self.state.forms[name]
-        return ModelLayout(f.channels_last, self.sites[name], f.tiled)
+        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state

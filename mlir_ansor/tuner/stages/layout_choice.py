@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
+from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
+                                                          with_hints)
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
@@ -52,9 +54,16 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
     tiling, tiled_flow = None, None
     if opts.data_tiling != "off" and relayout:
-        tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
-    flow = (tiled_flow if tiling and tiling.on else
-            flow_source(base, opts.target, tools, FLOW_TIMEOUT_S))
+        try:
+            tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
+        except DataTilingHintError as e:
+            notes.append(f"Data tiling skipped for {m.name}: {e}")
+    if tiling and tiling.on:  # tasks come from the hinted model
+        hinted = m.dir / "model_data_tiled.mlir"
+        hinted.write_text(with_hints(base.read_text(), tiling.sites))
+        base, flow = hinted, tiled_flow
+    else:
+        flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
     alts, packed = [], []
     if tiling and tiling.on:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: IREE's data "
@@ -76,34 +85,74 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
 
 def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
                 ) -> tuple[DataTilingChoice | None, str | None]:
-    """Whether `base` is tuned with IREE's data tiling, and its flow-level module with it.
-    None where data tiling changes no dispatch of the model. Its default build must match
-    torch on the example (and, for a dynamic model, at every size sample); with
-    --data-tiling auto it must also be clearly faster than `base_vmfb` (IREE's default
-    build of `base`) there, weighted as the samples are."""
+    """Whether `base` is tuned with IREE's data tiling (on which contractions), and its
+    flow-level module with it. None where data tiling changes no dispatch of the model.
+
+    Every contraction is hinted first; where IREE cannot build that (or its result does not
+    match torch), each group of contractions of one signature is tried alone and the groups
+    that work are hinted together. The data-tiled default build must match torch on the
+    example (and, for a dynamic model, at every size sample); with --data-tiling auto it
+    must also be clearly faster than `base_vmfb` (IREE's default build of `base`) there,
+    weighted as the samples are."""
     opts, tools = state.opts, state.tools
-    flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, DATA_TILING_FLAGS)
-    if not data_tiled_contractions(flow):
+    text = base.read_text()
+    sites = hint_sites(text)
+    if not sites:
         return None, None
     work = m.dir / "e2e" / "data_tiling"
     work.mkdir(parents=True, exist_ok=True)
-    vmfb = work / "default.vmfb"
-    samples = []  # (inputs, weight, where)
+    samples = []  # (inputs, weight, where, saved inputs, torch's outputs)
     for i, (xs, weight) in enumerate(sample_inputs(m)):
         where = work / f"sample{i}"
         where.mkdir(exist_ok=True)
-        samples.append((xs, weight, where, save_inputs(xs, where)))
-    try:
-        compile_model(tools, base, vmfb, state.cfg, None, DATA_TILING_FLAGS)
-        for xs, _, where, paths in samples:
-            refs, mags = torch_reference(m.model, xs)
-            check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
-    except CompileError as e:
-        return DataTilingChoice(False, None, None, f"IREE's data-tiled build: {e}"[:300]), None
+        samples.append((xs, weight, where, save_inputs(xs, where),
+                        torch_reference(m.model, xs)))
+
+    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str] | str | None:
+        """(module, flow) of IREE's data-tiled default build with `chosen` hinted; None
+        where the hints change no dispatch; the error where it fails."""
+        src = work / f"{name}.mlir"
+        src.write_text(with_hints(text, chosen))
+        try:
+            flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S, DATA_TILING_FLAGS)
+            if not data_tiled_contractions(flow):
+                return None
+            vmfb = work / f"{name}.vmfb"
+            compile_model(tools, src, vmfb, state.cfg, None, DATA_TILING_FLAGS)
+            for _, _, where, paths, (refs, mags) in samples:
+                check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
+        except CompileError as e:
+            return str(e)[:300]
+        return vmfb, flow
+
+    chosen = tuple(s.index for s in sites)
+    left: list[str] = []
+    got = attempt("all", chosen)
+    if isinstance(got, str):  # the contractions one signature at a time
+        groups: dict[str, list[int]] = {}
+        for s in sites:
+            groups.setdefault(s.signature, []).append(s.index)
+        keep: list[int] = []
+        for g, (sig, idx) in enumerate(groups.items()):
+            alone = attempt(f"group{g}", tuple(idx))
+            if isinstance(alone, str) or alone is None:
+                left.append(f"{sig}: {alone or 'no dispatch changed'}")
+            else:
+                keep += idx
+        chosen = tuple(sorted(keep))
+        got = attempt("kept", chosen) if chosen else got
+    if got is None:
+        return None, None
+    if isinstance(got, str):
+        return DataTilingChoice(False, None, None, f"IREE's data-tiled build: {got}",
+                                left=tuple(left)), None
+    vmfb, flow = got
     if opts.data_tiling == "on":
-        return DataTilingChoice(True, None, None, "--data-tiling on"), flow
-    choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p in samples], tools,
-                                state.cfg)
+        return DataTilingChoice(True, None, None, "--data-tiling on", chosen,
+                                tuple(left)), flow
+    choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p, _ in samples],
+                                tools, state.cfg)
+    choice = replace(choice, sites=chosen, left=tuple(left))
     return choice, (flow if choice.on else None)
 
 

@@ -132,9 +132,10 @@ def layout_parts(state: RunState) -> list[str]:
         timed = (f"IREE's default builds side by side: without {fmt_ms(d.plain_s)} ms, with "
                  f"{fmt_ms(d.tiled_s)} ms: " if d.plain_s and d.tiled_s else "")
         parts.append(f"IREE data tiling of {name} ({timed}"
-                     + ("on: its data-tiled contractions are left to IREE's mmt4d kernels, "
-                        "every build passes --iree-dispatch-creation-data-tiling)" if d.on
-                        else f"off: {d.why})"))
+                     + (f"on for {len(d.sites)} contractions: they are left to IREE's mmt4d "
+                        "kernels, every build passes --iree-dispatch-creation-data-tiling)"
+                        if d.on else f"off: {d.why})")
+                     + "".join(f"\n  not data-tiled: {x}" for x in d.left))
     return parts
 
 

@@ -63,6 +63,11 @@ class ModelForms:
     def tiled(self) -> bool:
         return bool(self.data_tiling and self.data_tiling.on)
 
+    @property
+    def tiled_sites(self) -> tuple[int, ...]:
+        """The contractions IREE data-tiles (hinted), none without data tiling."""
+        return self.data_tiling.sites if self.tiled else ()
+
 
 def what_runs(timed: Mapping[str, tuple[float, float]], tuned: Container[str],
               defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
@@ -99,7 +104,8 @@ class HandBack:
         return what_runs(self.timed, set(self.entry_key.values()), defaults)
 
     def layout(self, model: str, forms: ModelForms) -> ModelLayout:
-        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())), forms.tiled)
+        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())), forms.tiled,
+                           forms.tiled_sites)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""Which contractions of a model IREE data-tiles: `iree.opt.data_tiling` hints.
+
+With `--iree-dispatch-creation-data-tiling`, IREE 3.13 marks every matmul-like op for data
+tiling (packed operands, mmt4d kernels) unless some op of the model already carries the
+hint attribute `iree.opt.data_tiling`; then only the hinted ops are data-tiled. Hinting a
+subset lets a model keep IREE's data tiling where it builds and helps and leave the rest
+to the tuner (on the dynamic BERT layer the flag alone fails to compile its batch matmuls:
+"'affine.delinearize_index' op no basis element may be statically non-positive").
+
+A site is a contraction (named or generic linalg op whose indexing maps are all projected
+permutations, with a reduction loop, two inputs and one output) addressed by its position
+among the model's linalg ops in program order, so a site list applies to the same model
+text it was found on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from iree.compiler import ir
+from iree.compiler.passmanager import PassManager
+
+from mlir_ansor.dialect_helpers.linalg_info import tileable_ops
+from mlir_ansor.errors import AnsorError
+
+HINT_ATTR = "iree.opt.data_tiling"
+
+
+class DataTilingHintError(AnsorError):
+    """A hint site list that does not fit the model text (the message says why)."""
+
+
+@dataclass(frozen=True)
+class HintSite:
+    index: int  # position among the model's linalg ops (program order)
+    signature: str  # op name and operand types: sites of one signature are decided together
+
+
+def _linalg_ops(module: ir.Module) -> list[ir.Operation]:
+    return [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
+
+
+def _is_contraction(generic: ir.Operation) -> bool:
+    if generic.name != "linalg.generic":
+        return False
+    iterators = [str(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"])]
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(generic.attributes["indexing_maps"])]
+    inputs = ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])[0]
+    return (any("reduction" in it for it in iterators) and inputs == 2 and len(maps) == 3
+            and all(m.is_projected_permutation for m in maps))
+
+
+def hint_sites(model_mlir: str) -> list[HintSite]:
+    """The contractions IREE's data tiling may take, in program order."""
+    with ir.Context():
+        module = ir.Module.parse(model_mlir)
+        originals = _linalg_ops(module)
+        generalized = ir.Module.parse(model_mlir)
+        PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(
+            generalized.operation)
+        generics = _linalg_ops(generalized)
+        if len(generics) != len(originals):
+            raise DataTilingHintError("cannot pair the model's linalg ops with their generic "
+                                      f"forms ({len(originals)} against {len(generics)})")
+        return [HintSite(i, f"{op.name}({', '.join(str(v.type) for v in op.operands)})")
+                for i, (op, gen) in enumerate(zip(originals, generics))
+                if _is_contraction(gen)]
+
+
+def with_hints(model_mlir: str, sites: Sequence[int]) -> str:
+    """`model_mlir` with the data-tiling hint on the linalg ops at `sites` (positions as
+    `hint_sites` gives them); verified after the edit."""
+    with ir.Context():
+        module = ir.Module.parse(model_mlir)
+        ops = _linalg_ops(module)
+        for i in sites:
+            if not 0 <= i < len(ops):
+                raise DataTilingHintError(f"hint site {i} outside the model's {len(ops)} "
+                                          "linalg ops (a layout of another model?)")
+            ops[i].attributes[HINT_ATTR] = ir.UnitAttr.get()
+        if not module.operation.verify():
+            raise DataTilingHintError("the model does not verify with its data-tiling hints")
+        return str(module)
