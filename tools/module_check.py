@@ -95,8 +95,6 @@ def build(tools: Toolchain, cfg: MeasureConfig, label: str, src: Path, out_dir: 
             raise CheckFailed(f"{label}: built without a library but carries strategies "
                               f"{sorted(applied)}")
         return Built(label, vmfb, frozenset())
-    if extra:
-        raise ValueError("extra iree-compile flags are not supported with a library")
     if expected is None:
         want = library_strategies(library)
         if not want:
@@ -104,7 +102,7 @@ def build(tools: Toolchain, cfg: MeasureConfig, label: str, src: Path, out_dir: 
     else:  # e.g. a run that tuned several models: only some of its strategies fit this one
         want = set(expected)
     try:
-        applied = compile_model(tools, src, vmfb, cfg, library)
+        applied = compile_model(tools, src, vmfb, cfg, library, extra)  # (e.g. data tiling)
     except CompileError as e:
         raise CheckFailed(f"{label}: {e}") from e
     missing = want - applied
