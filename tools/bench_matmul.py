@@ -27,6 +27,7 @@ import numpy as np
 
 from mlir_ansor.examples import matmul_1024
 from mlir_ansor.tuner.e2e import module_times, save_inputs, torch_threads, torch_times
+from mlir_ansor.tuner.layouts import DATA_TILING_FLAGS
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -38,8 +39,10 @@ FLOP = 2 * N ** 3
 
 
 def tune_args(args: argparse.Namespace, tune_dir: Path) -> list[str]:
+    # Our kernels: IREE's data tiling is a row of its own (the tuner's default, --data-tiling
+    # auto, may hand the whole matmul to it).
     out = ["matmul_1024", "--trials", str(args.trials), "--policy", args.policy, "--batch",
-           str(args.batch), "--out", str(tune_dir)]
+           str(args.batch), "--out", str(tune_dir), "--data-tiling", "off"]
     for f in args.records:  # one flag per file: the CLI's --reuse takes one file each time
         out += ["--reuse", str(f)]
     return out
@@ -72,7 +75,7 @@ def main() -> int:
     src = tune_dir / "model.mlir"
     builds = args.out / "modules"
     candidates = [("IREE default", src, None, ()),
-                  ("IREE data tiling", src, None, ("--iree-dispatch-creation-data-tiling",))]
+                  ("IREE data tiling", src, None, DATA_TILING_FLAGS)]
     library = tune_dir / "tuned_library.mlir"
     if library.exists():
         tuned_src = tune_dir / "model_tuned.mlir"  # with any packed weights
