@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from iree.compiler import ir
-from iree.compiler.passmanager import PassManager
 
-from mlir_ansor.dialect_helpers.linalg_info import tileable_ops
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, tileable_ops
 from mlir_ansor.errors import AnsorError
 
 HINT_ATTR = "iree.opt.data_tiling"
@@ -53,17 +52,12 @@ def _is_contraction(generic: ir.Operation) -> bool:
 def hint_sites(model_mlir: str) -> list[HintSite]:
     """The contractions IREE's data tiling may take, in program order."""
     with ir.Context():
-        module = ir.Module.parse(model_mlir)
-        originals = _linalg_ops(module)
-        generalized = ir.Module.parse(model_mlir)
-        PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(
-            generalized.operation)
-        generics = _linalg_ops(generalized)
-        if len(generics) != len(originals):
+        forms = generic_forms(model_mlir)
+        if forms is None:
             raise DataTilingHintError("cannot pair the model's linalg ops with their generic "
-                                      f"forms ({len(originals)} against {len(generics)})")
+                                      "forms")
         return [HintSite(i, f"{op.name}({', '.join(str(v.type) for v in op.operands)})")
-                for i, (op, gen) in enumerate(zip(originals, generics))
+                for i, (op, gen) in enumerate(zip(forms.ops, forms.generics))
                 if _is_contraction(gen)]
 
 

@@ -25,7 +25,7 @@ from iree.compiler.dialects import transform
 from iree.compiler.dialects.transform import interpreter, structured
 from iree.compiler.passmanager import PassManager
 
-from mlir_ansor.dialect_helpers.linalg_info import tileable_ops
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, tileable_ops
 from mlir_ansor.errors import AnsorError
 from mlir_ansor.targets import DEFAULT_CPU, Target
 
@@ -129,17 +129,12 @@ def find_sites(model_mlir: str, tile: int = DEFAULT_TILE,
     """The contractions of the model whose constant weight can be packed (program order);
     `convolutions=False` leaves named convolutions out."""
     with ir.Context():
-        module = ir.Module.parse(model_mlir)
-        originals = _linalg_ops(module)
-        generalized_mod = ir.Module.parse(model_mlir)
-        PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(
-            generalized_mod.operation)
-        generics = _linalg_ops(generalized_mod)
-        if len(generics) != len(originals):
+        forms = generic_forms(model_mlir)
+        if forms is None:
             return []  # cannot pair the ops up: leave the layout alone
         seen: dict = {}
         sites = []
-        for i, (op, gen) in enumerate(zip(originals, generics)):
+        for i, (op, gen) in enumerate(zip(forms.ops, forms.generics)):
             if gen.name != "linalg.generic" or (
                     not convolutions and op.name.startswith("linalg.conv_")):
                 continue

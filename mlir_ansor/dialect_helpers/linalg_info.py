@@ -171,6 +171,31 @@ def tileable_ops(func: ir.Operation) -> list[ir.Operation]:
     return ops
 
 
+@dataclass(frozen=True)
+class GenericForms:
+    """A model's linalg ops (program order) beside their `linalg.generic` forms; holds both
+    modules, which must outlive the ops read from them (parse inside an ir.Context)."""
+
+    module: ir.Module
+    generalized: ir.Module
+    ops: tuple[ir.Operation, ...]
+    generics: tuple[ir.Operation, ...]
+
+
+def generic_forms(model_mlir: str) -> GenericForms | None:
+    """Parse `model_mlir` twice, once with its named linalg ops generalized; None when the
+    two lists of linalg ops do not pair up."""
+    module = ir.Module.parse(model_mlir)
+    generalized = ir.Module.parse(model_mlir)
+    PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(
+        generalized.operation)
+    ops, generics = (tuple(o for o in tileable_ops(m.operation) if o.name.startswith("linalg."))
+                     for m in (module, generalized))
+    if len(ops) != len(generics):
+        return None
+    return GenericForms(module, generalized, ops, generics)
+
+
 def analyze_task(task_mlir: str) -> list[OpInfo]:
     """Ops of the task's `@main`, in payload order (the order the strategy's split_handle
     sees: aggregate ops such as linalg.softmax decomposed, as the strategy's prelude does)."""

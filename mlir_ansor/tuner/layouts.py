@@ -44,7 +44,7 @@ from mlir_ansor.dialect_helpers.data_tiling_hints import with_hints
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.errors import CompileError
-from mlir_ansor.tuner.e2e import compile_model, module_times
+from mlir_ansor.tuner.e2e import compile_model, interleaved, module_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
 from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -115,14 +115,10 @@ def choose_activation_layout(model_mlir: Path, inputs: Sequence[Path], workdir: 
                 compile_model(tools, src, vmfb, cfg, None)
     except CompileError as e:  # (the model as imported fails later, with its own error)
         return ActivationChoice(False, 0.0, None, f"channels-last failed: {e}"[:300])
-    times: list[list[float]] = [[], []]
-    for r in range(rounds):
-        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            try:
-                times[i] += module_times(tools, vmfbs[i], inputs, cfg)
-            except CompileError:
-                return ActivationChoice(False, 0.0, None, f"timing {vmfbs[i].name} failed")
-    plain, cl = (lower_quartile(t) for t in times)
+    try:
+        plain, cl = side_by_side(vmfbs, inputs, tools, cfg, rounds)
+    except CompileError as e:
+        return ActivationChoice(False, 0.0, None, str(e)[:300])
     ok = cl < plain * tolerance
     return ActivationChoice(ok, plain, cl, "" if ok else
                             f"over {tolerance:.2f}x slower with IREE's defaults")
@@ -154,6 +150,22 @@ def data_tiled_contractions(flow: str) -> bool:
     return "#iree_encoding." in flow
 
 
+def side_by_side(vmfbs: Sequence[Path], inputs: Sequence[Path], tools: Toolchain,
+                 cfg: MeasureConfig, rounds: int) -> tuple[float, ...]:
+    """Each module's latency on `inputs` (lower quartile), timed in interleaved rounds; a
+    CompileError names the module whose timing failed."""
+    def timer(vmfb: Path):
+        def run() -> list[float]:
+            try:
+                return module_times(tools, vmfb, inputs, cfg)
+            except CompileError as e:
+                raise CompileError(f"timing {vmfb.name} failed: {e}") from e
+        return run
+
+    times = interleaved({str(v): timer(v) for v in vmfbs}, rounds)
+    return tuple(lower_quartile(times[str(v)]) for v in vmfbs)
+
+
 def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
                        samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
                        cfg: MeasureConfig, margin: float = DATA_TILING_MARGIN,
@@ -166,14 +178,10 @@ def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
     vmfbs = [plain_vmfb, tiled_vmfb]
     per: list[tuple[float, float]] = []
     for inputs, _ in samples:
-        times: list[list[float]] = [[], []]
-        for r in range(rounds):
-            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                try:
-                    times[i] += module_times(tools, vmfbs[i], inputs, cfg)
-                except CompileError:
-                    return DataTilingChoice(False, None, None, f"timing {vmfbs[i].name} failed")
-        per.append((lower_quartile(times[0]), lower_quartile(times[1])))
+        try:
+            per.append(side_by_side(vmfbs, inputs, tools, cfg, rounds))
+        except CompileError as e:
+            return DataTilingChoice(False, None, None, str(e)[:300])
     weights = np.asarray([w for _, w in samples], dtype=np.float64)
     if not len(per) or weights.sum() <= 0:
         raise ValueError("choose_data_tiling needs samples with a positive weight")
