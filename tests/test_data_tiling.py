@@ -207,8 +207,11 @@ def test_contractions_iree_cannot_data_tile_are_left_to_the_tuner(tmp_path):
     assert layout["data_tiling"] is True and len(layout["data_tiled_sites"]) == 2
     assert "not data-tiled: linalg.batch_matmul(tensor<4x?x?xf32>" in res.stdout
     assert "delinearize_index" in res.stdout
-    assert (out / "model_tuned.mlir").read_text().count(HINT_ATTR) == 2
     report = json.loads((out / "report.json").read_text())
+    # The hints survive into the handed-back model, in every size branch of a dispatcher.
+    plan = next(iter(report["e2e"].values()))["size_dispatcher"]
+    branches = len(plan["cuts"]) + 1 if plan else 1
+    assert (out / "model_tuned.mlir").read_text().count(HINT_ATTR) == 2 * branches
     status = [t["status"] for t in report["tasks"]]
     assert any(s.startswith("left to IREE's data tiling") for s in status), status
     (e2e,) = report["e2e"].values()
