@@ -118,11 +118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
-    p.add_argument("--data-tiling", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--data-tiling", choices=["auto", "on", "off"], default="auto",
                    help="build the model with IREE's data tiling (packed mmt4d kernels for "
                         "its contractions; those dispatches are left to IREE): auto where "
                         "IREE's default build is clearly faster with it (default), on, off "
-                        "(static models on llvm-cpu)")
+                        "(llvm-cpu)")
     p.add_argument("--kernel-seeds", action="store_true",
                    help="start each task's search with the outer-product micro-kernel that "
                         "fits the target's vector registers")

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from iree.compiler import ir
 
-from mlir_ansor.dialect_helpers.linalg_info import generic_forms, tileable_ops
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, linalg_ops
 from mlir_ansor.errors import AnsorError
 
 HINT_ATTR = "iree.opt.data_tiling"
@@ -33,10 +33,6 @@ class DataTilingHintError(AnsorError):
 class HintSite:
     index: int  # position among the model's linalg ops (program order)
     signature: str  # op name and operand types: sites of one signature are decided together
-
-
-def _linalg_ops(module: ir.Module) -> list[ir.Operation]:
-    return [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
 
 
 def _is_contraction(generic: ir.Operation) -> bool:
@@ -66,7 +62,7 @@ def with_hints(model_mlir: str, sites: Sequence[int]) -> str:
     `hint_sites` gives them); verified after the edit."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)
-        ops = _linalg_ops(module)
+        ops = linalg_ops(module)
         for i in sites:
             if not 0 <= i < len(ops):
                 raise DataTilingHintError(f"hint site {i} outside the model's {len(ops)} "

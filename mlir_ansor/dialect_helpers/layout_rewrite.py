@@ -25,7 +25,7 @@ from iree.compiler.dialects import transform
 from iree.compiler.dialects.transform import interpreter, structured
 from iree.compiler.passmanager import PassManager
 
-from mlir_ansor.dialect_helpers.linalg_info import generic_forms, tileable_ops
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, linalg_ops
 from mlir_ansor.errors import AnsorError
 from mlir_ansor.targets import DEFAULT_CPU, Target
 
@@ -76,10 +76,6 @@ def _constant(v: ir.Value, seen: dict) -> bool:
     ok = op.name.startswith(_CONST_THROUGH) and all(_constant(o, seen) for o in op.operands)
     seen[key] = ok
     return ok
-
-
-def _linalg_ops(module: ir.Module) -> list[ir.Operation]:
-    return [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
 
 
 def _dim(expr: ir.AffineExpr) -> int | None:
@@ -148,7 +144,7 @@ def site_signatures(model_mlir: str, sites: Sequence[PackSite]) -> list[str]:
     """Per site: its op and operand types (sites with equal signatures pack alike)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)  # (kept alive while its ops are read)
-        ops = _linalg_ops(module)
+        ops = linalg_ops(module)
         return [f"{s.op_name}({', '.join(str(v.type) for v in ops[s.index].operands)})"
                 for s in sites]
 
@@ -183,7 +179,7 @@ def rewrite(model_mlir: str, sites: Sequence[PackSite]) -> str:
         return model_mlir
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(model_mlir)
-        ops = _linalg_ops(module)
+        ops = linalg_ops(module)
         for s in sites:
             if s.index >= len(ops) or ops[s.index].name != s.op_name:
                 raise LayoutRewriteError(f"site {s.index} ({s.op_name}) is not in this model")
@@ -199,10 +195,10 @@ def rewrite(model_mlir: str, sites: Sequence[PackSite]) -> str:
         # message names it); anything else is our bug and propagates.
         except (ValueError, ir.MLIRError) as e:
             raise LayoutRewriteError(f"packing the weights failed: {e}") from e
-        left = [o for o in _linalg_ops(module) if SITE_ATTR in o.attributes]
+        left = [o for o in linalg_ops(module) if SITE_ATTR in o.attributes]
         if left:
             raise LayoutRewriteError(f"{len(left)} sites were not packed")
-        unpacks = sum(1 for o in _linalg_ops(module) if o.name == "linalg.unpack")
+        unpacks = sum(1 for o in linalg_ops(module) if o.name == "linalg.unpack")
         if unpacks:
             raise LayoutRewriteError("an output pack did not fold into a reshape")
         if not module.operation.verify():

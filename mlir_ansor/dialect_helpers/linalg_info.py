@@ -171,6 +171,11 @@ def tileable_ops(func: ir.Operation) -> list[ir.Operation]:
     return ops
 
 
+def linalg_ops(module: ir.Module) -> list[ir.Operation]:
+    """The linalg ops of a module in program order (not those inside their bodies)."""
+    return [o for o in tileable_ops(module.operation) if o.name.startswith("linalg.")]
+
+
 @dataclass(frozen=True)
 class GenericForms:
     """A model's linalg ops (program order) beside their `linalg.generic` forms; holds both
@@ -189,8 +194,7 @@ def generic_forms(model_mlir: str) -> GenericForms | None:
     generalized = ir.Module.parse(model_mlir)
     PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(
         generalized.operation)
-    ops, generics = (tuple(o for o in tileable_ops(m.operation) if o.name.startswith("linalg."))
-                     for m in (module, generalized))
+    ops, generics = (tuple(linalg_ops(m)) for m in (module, generalized))
     if len(ops) != len(generics):
         return None
     return GenericForms(module, generalized, ops, generics)

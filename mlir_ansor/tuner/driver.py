@@ -70,9 +70,9 @@ class TuneOptions:
     # loop.
     layout_rewrite: bool = True
     layout_tile: int | None = None  # None: the target's (layout_rewrite.pack_tile)
-    # IREE's data tiling (packed mmt4d kernels for contractions) for a static model on
-    # llvm-cpu: "auto" where its default build is clearly faster with it (timed side by
-    # side), "on" wherever it changes the model, "off" never (tuner/layouts.py).
+    # IREE's data tiling (packed mmt4d kernels for contractions) on llvm-cpu: "auto" where
+    # its default build is clearly faster with it (timed side by side, at the size samples
+    # of a dynamic model), "on" wherever it changes the model, "off" never (tuner/layouts.py).
     data_tiling: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x

@@ -11,11 +11,12 @@ the choice between runs (14.19 vs 12.68 ms one day, 11.40 vs 11.69 ms the next).
 
 IREE's data tiling (`--iree-dispatch-creation-data-tiling`): IREE packs the operands of a
 model's contractions into tiles of its mmt4d micro-kernels (constant weights once, at
-compile time) and runs those kernels. It is a whole-model build choice, like channels-last:
-both builds of IREE's default are timed side by side, and tuning starts from the data-tiled
-form where it is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded
-tensors) are left to IREE; the others are tuned as usual, and every later build of the model
-(the end-to-end check, `build.sh`) passes the flag.
+compile time) and runs those kernels. It is a model build choice, like channels-last, on
+the contractions hinted for it (dialect_helpers/data_tiling_hints.py): both builds of
+IREE's default are timed side by side, and tuning starts from the data-tiled form where it
+is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded tensors) are
+left to IREE; the others are tuned as usual, and every later build of the model (the
+end-to-end check, `build.sh`) passes the flag.
 
 Constant weights: which dispatches a packed weight (dialect_helpers/layout_rewrite.py)
 brings, and which it replaces.
@@ -175,6 +176,9 @@ def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
     static model, its size samples for a dynamic one); data tiling is taken where it is more
     than `margin` times faster on the weighted geometric mean. Both modules must already be
     built and checked."""
+    weights = np.asarray([w for _, w in samples], dtype=np.float64)
+    if not len(weights) or weights.sum() <= 0:
+        raise ValueError("choose_data_tiling needs samples with a positive weight")
     vmfbs = [plain_vmfb, tiled_vmfb]
     per: list[tuple[float, float]] = []
     for inputs, _ in samples:
@@ -182,9 +186,6 @@ def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
             per.append(side_by_side(vmfbs, inputs, tools, cfg, rounds))
         except CompileError as e:
             return DataTilingChoice(False, None, None, str(e)[:300])
-    weights = np.asarray([w for _, w in samples], dtype=np.float64)
-    if not len(per) or weights.sum() <= 0:
-        raise ValueError("choose_data_tiling needs samples with a positive weight")
     plain, tiled = (float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
                     for k in (0, 1))
     return decide_data_tiling(plain, tiled, margin)

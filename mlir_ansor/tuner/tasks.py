@@ -20,8 +20,8 @@ from mlir_ansor.sketch_passes.iree_seed import Levels, iree_tile_levels
 from mlir_ansor.sketch_passes.rules import rules_for
 from mlir_ansor.sketch_passes.sketch import Sketch, generate_sketches
 from mlir_ansor.targets import get_target
-from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.builder import first_error_line
+from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 _DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32,

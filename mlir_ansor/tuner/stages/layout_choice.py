@@ -7,6 +7,7 @@ data tiling, the packable constant weights with the dispatches each packing brin
 Tasks are formed from these forms, so this stage comes before task forming."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -58,10 +59,10 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
         except DataTilingHintError as e:
             notes.append(f"Data tiling skipped for {m.name}: {e}")
-    if tiling and tiling.on:  # tasks come from the hinted model
+    if tiling and tiling.on:  # tasks come from the hinted model the choice built
         hinted = m.dir / "model_data_tiled.mlir"
-        hinted.write_text(with_hints(base.read_text(), tiling.sites))
-        base, flow = hinted, tiled_flow
+        shutil.copyfile(tiled_flow[0], hinted)
+        base, flow = hinted, tiled_flow[1]
     else:
         flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
     alts, packed = [], []
@@ -84,9 +85,10 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
 
 
 def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
-                ) -> tuple[DataTilingChoice | None, str | None]:
-    """Whether `base` is tuned with IREE's data tiling (on which contractions), and its
-    flow-level module with it. None where data tiling changes no dispatch of the model.
+                ) -> tuple[DataTilingChoice | None, tuple[Path, str] | None]:
+    """Whether `base` is tuned with IREE's data tiling (on which contractions), and where it
+    is, `base` with those hints and its flow-level module. None where data tiling changes no
+    dispatch of the model.
 
     Every contraction is hinted first; where IREE cannot build that (or its result does not
     match torch), each group of contractions of one signature is tried alone and the groups
@@ -108,9 +110,9 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
         samples.append((xs, weight, where, save_inputs(xs, where),
                         torch_reference(m.model, xs)))
 
-    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str] | str | None:
-        """(module, flow) of IREE's data-tiled default build with `chosen` hinted; None
-        where the hints change no dispatch; the error where it fails."""
+    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, Path, str] | str | None:
+        """(hinted model, module, flow) of IREE's data-tiled default build with `chosen`
+        hinted; None where the hints change no dispatch; the error where it fails."""
         src = work / f"{name}.mlir"
         src.write_text(with_hints(text, chosen))
         try:
@@ -123,7 +125,7 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
                 check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
         except CompileError as e:
             return str(e)[:300]
-        return vmfb, flow
+        return src, vmfb, flow
 
     chosen = tuple(s.index for s in sites)
     left: list[str] = []
@@ -146,14 +148,14 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
     if isinstance(got, str):
         return DataTilingChoice(False, None, None, f"IREE's data-tiled build: {got}",
                                 left=tuple(left)), None
-    vmfb, flow = got
+    src, vmfb, flow = got
     if opts.data_tiling == "on":
         return DataTilingChoice(True, None, None, "--data-tiling on", chosen,
-                                tuple(left)), flow
+                                tuple(left)), (src, flow)
     choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p, _ in samples],
                                 tools, state.cfg)
     choice = replace(choice, sites=chosen, left=tuple(left))
-    return choice, (flow if choice.on else None)
+    return choice, ((src, flow) if choice.on else None)
 
 
 def sample_inputs(m: ModelIn) -> list[tuple[tuple, float]]:
