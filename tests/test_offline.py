@@ -141,6 +141,14 @@ def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
     task = default["name"][:-len("_default")]
     cand = next(r for r in lines if r.get("name", "").startswith(f"{task}_c") and
                 r["status"] == "ok")
+    # Every other candidate slower than its task's default: the machine's real timings
+    # (where some candidate of the other task may beat IREE) must not decide the count.
+    defaults = {r["name"][:-len("_default")]: r["latency_s"] for r in lines
+                if r.get("name", "").endswith("_default")}
+    for r in lines:
+        name = r.get("name", "")
+        if r is not cand and "_c" in name and r["status"] == "ok":
+            r["latency_s"] = 2 * defaults[name.rsplit("_c", 1)[0]]
     cand["latency_s"] = default["latency_s"] / 2
     faked = tmp_path / "results.jsonl"
     faked.write_text("".join(json.dumps(r) + "\n" for r in lines))
