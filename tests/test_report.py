@@ -56,3 +56,15 @@ def test_wall_time_accumulates_per_part():
     with pytest.raises(ValueError, match="unknown part"):
         with clock.timing("lunch"):
             pass
+
+
+def test_a_long_status_is_shortened_at_a_clause():
+    from mlir_ansor.tuner.stages.reporting import short_status
+
+    dt = ("left to IREE's data tiling (executable main_dispatch_0: encoded tensors, packed "
+          "mmt4d kernels in codegen)")
+    assert short_status(dt) == "left to IREE's data tiling"
+    assert short_status("default kept") == "default kept"
+    long_word = "a status without a clause that goes on well past the column width"
+    assert short_status(long_word) == "a status without a clause that goes on\u2026"
+    assert len(short_status(long_word)) <= 40

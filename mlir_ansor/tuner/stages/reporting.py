@@ -44,6 +44,20 @@ def roofline(flops: int, seconds: float | None, peak: float | None) -> tuple[str
     return f"{g:.1f}", (f"{100 * g / peak:.0f}%" if peak else "-")
 
 
+STATUS_WIDTH = 40  # the table's status column
+
+
+def short_status(status: str, width: int = STATUS_WIDTH) -> str:
+    """The table's form of a status: whole when it fits, else its first clause (before
+    " (" or ": "), else cut at a word with an ellipsis; the full text is listed below."""
+    if len(status) <= width:
+        return status
+    head = status.split(" (")[0].split(": ")[0]
+    if len(head) <= width:
+        return head
+    return status[:width - 1].rsplit(" ", 1)[0] + "\u2026"
+
+
 def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], list[list], dict]:
     hb = state.handback
     tuned_keys = set(hb.entry_key.values())
@@ -78,7 +92,7 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
         vs_torch = f"{torch_s / kept[t.key]:.2f}x" if (torch_s and kept[t.key]) else "-"
         row = [t.task_id, t.name[:40], t.weight, f"{t.flops / 1e6:.1f}", len(mine), failed,
                share, fmt_ms(d), fmt_ms(b), speed, *roofline(t.flops, kept[t.key], peak),
-               fmt_ms(torch_s), *roofline(t.flops, torch_s, None)[:1], vs_torch, status[:40]]
+               fmt_ms(torch_s), *roofline(t.flops, torch_s, None)[:1], vs_torch, status]
         if not state.single:
             row.insert(3, ",".join(m.name for m in state.models if m.name in state.usage[t.key]))
         rows.append(row)
@@ -251,8 +265,12 @@ def write_report(state: RunState) -> RunState:
         peak_line = (f"f32 FMA peak measured now: {peak:.1f} GFLOP/s" if peak else
                      "f32 FMA peak not measured (no gcc)")
     headers, rows, fails = task_rows(state, peak)
+    shown = [[*r[:-1], short_status(r[-1])] for r in rows]
     parts = [f"Per task ({state.opts.target}, {state.context.device_kind}; GFLOP/s of what "
-             f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, rows)}"]
+             f"runs, tuned or IREE's default; {peak_line}):\n{table(headers, shown)}"]
+    cut = [f"{r[0]}: {r[-1]}" for r, s in zip(rows, shown) if s[-1] != r[-1]]
+    if cut:
+        parts[0] += "\nstatus in full:\n" + "\n".join(cut)
     if hb.torch:
         parts[0] += (f"\ntorch ms: torch eager ({torch_threads()} threads) running the one "
                      "op that computes the task's contraction (its bias or activation not "
@@ -287,7 +305,7 @@ def write_report(state: RunState) -> RunState:
         "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]], torch_op=hb.torch.get(t.key, ("",))[0] or None)
-                  for r, t in zip(rows, state.tasks)],
+                  for r, t in zip(rows, state.tasks)],  # the status in full
         "unmeasured": state.proxied,
         "e2e": {m.name: {"torch_s": _num(e.torch_s), "default_s": _num(e.default_s),
                          "tuned_s": _num(e.tuned_s), "measured": e.measured,
