@@ -150,8 +150,8 @@ def test_a_dynamic_model_is_data_tiled_and_correct_at_every_size(tmp_path):
 
 class Attention(torch.nn.Module):
     """A projection and two batch matmuls over a dynamic sequence: IREE 3.13 data-tiles
-    the projection but cannot build its data tiling of these batch matmuls
-    ('affine.delinearize_index' op no basis element may be statically non-positive)."""
+    the projection but cannot build its data tiling of these batch matmuls (the scores':
+    a stack allocation over its limit; probabilities x values: vectors over 32 KB)."""
 
     def __init__(self):
         super().__init__()
@@ -204,16 +204,16 @@ def test_contractions_iree_cannot_data_tile_are_left_to_the_tuner(tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     layout = json.loads((out / "layout.json").read_text())
-    # The projection and the scores' batch matmul are data-tiled; IREE fails on the
-    # batch matmul of probabilities and values alone, so it is left out, with IREE's error.
-    assert layout["data_tiling"] is True and len(layout["data_tiled_sites"]) == 2
-    assert "not data-tiled: linalg.batch_matmul(tensor<4x?x?xf32>" in res.stdout
-    assert "delinearize_index" in res.stdout
+    # The projection is data-tiled; IREE fails on each batch matmul alone, so they are
+    # left out, each with IREE's error.
+    assert layout["data_tiling"] is True and len(layout["data_tiled_sites"]) == 1
+    assert res.stdout.count("not data-tiled: linalg.batch_matmul(tensor<4x?x") == 2
+    assert res.stdout.count("iree-compile failed on") == 2
     report = json.loads((out / "report.json").read_text())
     # The hints survive into the handed-back model, in every size branch of a dispatcher.
     plan = next(iter(report["e2e"].values()))["size_dispatcher"]
     branches = len(plan["cuts"]) + 1 if plan else 1
-    assert (out / "model_tuned.mlir").read_text().count(HINT_ATTR) == 2 * branches
+    assert (out / "model_tuned.mlir").read_text().count(HINT_ATTR) == branches
     status = [t["status"] for t in report["tasks"]]
     assert any(s.startswith("left to IREE's data tiling") for s in status), status
     (e2e,) = report["e2e"].values()

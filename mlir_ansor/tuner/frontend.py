@@ -35,19 +35,52 @@ def load_factory(spec: str) -> Callable:
     return factory
 
 
+def drop_identity_expands(program) -> int:
+    """Remove `aten.expand` nodes whose output has their input's shape (symbolically) from a
+    decomposed torch.export program; returns how many. torch's matmul broadcasting emits
+    them before every batched matmul; with a dynamic size torch-mlir cannot prove the
+    expand is a no-op and lowers it to a broadcast that checks each size against 1 per
+    element, which IREE forms into gather dispatches (index arithmetic per element) that
+    neither IREE nor we can tile well. Their result is their input, so uses take it."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    graph, dropped = program.graph_module.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.aten.expand.default:
+            continue
+        src, out = node.args[0].meta.get("val"), node.meta.get("val")
+        if src is None or out is None or src.dim() != out.dim():
+            continue
+        if all(statically_known_true(a == b) for a, b in zip(src.shape, out.shape)):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        program.graph_module.recompile()
+    return dropped
+
+
 def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = None) -> str:
     """linalg-on-tensors text of `model` (with `dynamic_shapes`, torch.export's, those
     dimensions dynamic: `?`); an import failure names the failing op."""
+    import torch
     from torch_mlir import fx
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     # MLIR prints its diagnostics (which name the failing op) straight to fd 2: capture them.
     with tempfile.TemporaryFile(mode="w+") as diag:
         saved = os.dup(2)
         os.dup2(diag.fileno(), 2)
         try:
-            module = fx.export_and_import(model, *example_inputs,
-                                          output_type="linalg-on-tensors", func_name="main",
-                                          dynamic_shapes=dynamic_shapes)
+            # torch-mlir's own steps (export, decompose, import), with the no-op expands
+            # of the decomposed graph dropped in between.
+            program = torch.export.export(model, tuple(example_inputs),
+                                          dynamic_shapes=dynamic_shapes, strict=False)
+            program = program.run_decompositions(get_decomposition_table())
+            drop_identity_expands(program)
+            module = fx.export_and_import(program, output_type="linalg-on-tensors",
+                                          func_name="main", decomposition_table={})
             error = None
         except Exception as e:
             error = e

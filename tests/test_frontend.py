@@ -1,0 +1,84 @@
+"""Import (tuner/frontend.py): the no-op expands torch's matmul broadcasting leaves in a
+dynamic model are dropped before torch-mlir lowers them to per-element gathers; an expand
+that broadcasts stays; the module computes what torch does, also at size 1."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from mlir_ansor.tuner.frontend import drop_identity_expands, import_model
+
+
+class Attention(nn.Module):
+    """softmax(q k^T) v over 4-D tensors (heads), the pattern every transformer has, plus a
+    real broadcast (a 1-row bias expanded over the sequence)."""
+
+    def __init__(self, d: int = 32, heads: int = 2):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.bias = nn.Parameter(torch.randn(1, 1, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.reshape(b, s, self.h, d // self.h).transpose(1, 2)
+                   for t in self.qkv(x).split(d, dim=-1))
+        att = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+        out = (att @ v).transpose(1, 2).reshape(b, s, d)
+        return out + self.bias.expand(b, s, d)
+
+
+def _dynamic():
+    torch.manual_seed(0)
+    return Attention().eval(), (torch.randn(1, 8, 32),), \
+        {"x": {1: torch.export.Dim("s", min=2, max=64)}}
+
+
+def test_only_the_no_op_expands_are_dropped():
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    model, inputs, shapes = _dynamic()
+    program = torch.export.export(model, inputs, dynamic_shapes=shapes, strict=False)
+    program = program.run_decompositions(get_decomposition_table())
+
+    def expands():
+        return [n for n in program.graph.nodes if n.target == torch.ops.aten.expand.default]
+
+    before = len(expands())
+    # q, k^T before the first batched matmul, att and v before the second: no-ops; the
+    # bias's expand broadcasts a size-1 row over the sequence and must stay.
+    assert drop_identity_expands(program) == 4 and before == 5
+    (kept,) = expands()
+    assert kept.args[0].meta["val"].shape[1] == 1
+
+
+def test_a_dynamic_attention_imports_without_gathers_and_matches_torch(tmp_path):
+    import iree.compiler as ic
+    import iree.runtime as rt
+
+    model, inputs, shapes = _dynamic()
+    text = import_model(model, inputs, shapes)
+    # The dropped expands were per-element gathers (tensor.extract at indices computed
+    # from linalg.index; the one index left is softmax's max).
+    assert "tensor.extract " not in text and text.count("linalg.index") == 1
+    assert "tensor<1x?x32xf32>" in text
+    vmfb = ic.compile_str(text, target_backends=["llvm-cpu"],
+                          extra_args=["--iree-llvmcpu-target-cpu=host"])
+    module = rt.load_vm_flatbuffer(vmfb, driver="local-task")
+    for s in (1, 2, 37, 64):  # 1: torch.export exported at 8, specialising nothing
+        x = torch.randn(1, s, 32)
+        got = np.asarray(module.main(x.numpy()))
+        with torch.no_grad():
+            want = model(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (1, 3)])
+def test_a_static_expand_that_broadcasts_is_kept(shape):
+    class Broadcast(nn.Module):
+        def forward(self, x):
+            return x.expand(4, 3) * 2
+
+    text = import_model(Broadcast().eval(), (torch.randn(*shape),))
+    assert "tensor<4x3xf32>" in text
