@@ -168,3 +168,37 @@ def test_a_dispatch_with_two_dynamic_inputs_compiles_with_our_strategies(tools, 
     rng = random.Random(2)
     recs = m.measure([annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)])
     assert [r.status for r in recs] == ["ok"] * 3, [r.error[:300] for r in recs]
+
+
+class HalvesOfRows(torch.nn.Module):
+    """Both halves of a 1 x s x 128 input, read as s x 64 (IREE loads each with a
+    rank-reducing slice of the dynamic tensor) into one matmul + ReLU + add dispatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 48) * 0.1)
+
+    def forward(self, x):
+        a, b = x.split(64, dim=-1)
+        return torch.relu(a[0] @ self.w) + b[0, :, :48]
+
+
+def test_a_rank_reducing_dynamic_load_is_a_tunable_input(tools, tmp_path):
+    torch.manual_seed(0)
+    (tmp_path / "m.mlir").write_text(import_model(
+        HalvesOfRows().eval(), (torch.randn(1, 8, 128),),
+        {"x": {1: torch.export.Dim("s", min=1, max=64)}}))
+    flow = flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300)
+    assert "sizes = [1, %0, 64]" in flow and "-> tensor<?x64xf32>" in flow  # rank-reducing
+    (task,) = extract_tasks(flow)
+    assert task.tunable and task.dynamic, task.skip_reason
+    # The loads' `?` are the model's x dim 1.
+    assert {str(e) for _, _, e in task.size_exprs} == {"in0[1]"}
+    samples = tuple(SizeSample((((0, 1), n),)) for n in (1, 37))
+    t = task.__class__(**{**task.__dict__, "samples": samples})
+    m = TaskMeasurer(t, tmp_path / "tasks", tools, MeasureConfig(repetitions=1, min_time_s=0.01))
+    m.prepare()
+    assert m.task.tunable, m.task.skip_reason  # also as IREE's codegen hands it over
+    rng = random.Random(3)
+    recs = m.measure([annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(2)])
+    assert [r.status for r in recs] == ["ok"] * 2, [r.error[:300] for r in recs]

@@ -239,13 +239,24 @@ def _dynamic_result_sizes(load: ir.Operation) -> list[tuple[int, ir.Value]]:
         return []
     if "static_sizes" not in load.attributes:
         src = load.operands[0].owner
+        if src.name == "memref.subview" and src.operands[0].owner.name == _SUBSPAN:
+            # A slice of a binding (codegen's form of a rank-reducing load): its `?` sizes
+            # are the result's, in order.
+            sizes = _segments(src)[2]
+            if len(sizes) != len(dyn):
+                raise UnsupportedDispatch(f"a slice of {len(sizes)} dynamic sizes loaded "
+                                          f"into a tensor with {len(dyn)}")
+            return list(zip(dyn, sizes))
         if src.name != _SUBSPAN:
             raise UnsupportedDispatch(f"a dynamic tensor loaded from '{src.name}'")
         return list(zip(dyn, _segments(src)[-1]))
-    # Not rank-reducing: the `?` of the sizes are those of the result, in order.
-    if len(ir.DenseI64ArrayAttr(load.attributes["static_sizes"])) != rtype.rank:
-        raise UnsupportedDispatch("a rank-reducing load of a dynamic tensor")
-    return list(zip(dyn, _segments(load)[3]))
+    # The `?` of the sizes are those of the result, in order; a rank-reducing load drops
+    # only unit (static) sizes, so that holds for it too.
+    sizes = _segments(load)[3]
+    if len(sizes) != len(dyn):
+        raise UnsupportedDispatch(f"a load of {len(sizes)} dynamic sizes into a tensor with "
+                                  f"{len(dyn)}")
+    return list(zip(dyn, sizes))
 
 
 def _to_task_function(func: ir.Operation) -> DispatchFunc:

@@ -137,7 +137,7 @@ def dynamic_ops(func_mlir: str, dynamic_dims: Sequence[tuple[int, int, int]],
     other = analyze(specialize(func_mlir, dynamic_dims,
                                {k: 2 * v + 1 for k, v in sizes.items()}))
     known = [(o, p) for o, p in zip(ops, other) if o is not None]
-    if all(o.extents == p.extents for o, p in known) and dynamic_dims:
+    if known and all(o.extents == p.extents for o, p in known) and dynamic_dims:
         raise UnsupportedDispatch("no loop extent follows the dynamic sizes")
     return tuple(None if o is None else replace(o, dynamic_loops=tuple(
         l for l, (a, b) in enumerate(zip(o.extents, p.extents)) if a != b))

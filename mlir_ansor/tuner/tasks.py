@@ -186,14 +186,14 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     if task.dynamic:
         sketches = tuple(s for s in sketches if dynamic_peelable(ops, s))
     why = ""
-    if task.dynamic and target != "llvm-cpu":
+    if not any(o.is_linalg for o in ops):
+        why = "no linalg op (a copy): left to IREE"
+    elif task.dynamic and target != "llvm-cpu":
         why = f"dynamic shapes on {target}: left to IREE's default codegen"
     elif task.dynamic and any(l in o.reduction_dims for o in ops for l in o.dynamic_loops):
         why = "a dynamic reduction loop: left to IREE's default codegen"
     elif task.dynamic and not sketches:
         why = "no micro-kernel sketch serves its dynamic loops: left to IREE's default codegen"
-    elif not any(o.is_linalg for o in ops):
-        why = "no linalg op (a copy): left to IREE"
     elif not ops[-1].parallel_dims:
         # No parallel loop to give workgroups. On llvm-cpu a lone reduction (after its
         # init) runs in a one-workgroup forall (emitter.one_workgroup_reduction); anything
