@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mlir_ansor.errors import FrontendError, UsageError
@@ -110,7 +110,7 @@ def resolve(model, inputs: Sequence, dims: Sequence[DynamicDim]) -> Resolved:
     names = tuple(p.name for p in params[:len(inputs)])
     if len(names) < len(inputs):
         names = tuple(f"arg{i}" for i in range(len(inputs)))
-    positions = []
+    positions, named = [], []
     for d in dims:
         if d.input.isdigit():
             pos = int(d.input)
@@ -121,6 +121,8 @@ def resolve(model, inputs: Sequence, dims: Sequence[DynamicDim]) -> Resolved:
         else:
             raise FrontendError(f"--dynamic {d}: no input named '{d.input}' (inputs: "
                                 f"{', '.join(names)})")
+        if d.input.isdigit():  # named by its argument from here on (symbols, labels)
+            d = replace(d, input=names[pos])
         x = inputs[pos]
         if d.dim >= x.dim():
             raise FrontendError(f"--dynamic {d}: input '{names[pos]}' has {x.dim()} "
@@ -134,7 +136,8 @@ def resolve(model, inputs: Sequence, dims: Sequence[DynamicDim]) -> Resolved:
             raise FrontendError(f"--dynamic {d}: the example's size {size} is outside "
                                 f"{d.lo}..{d.hi}")
         positions.append(pos)
-    return Resolved(tuple(dims), tuple(positions), names)
+        named.append(d)
+    return Resolved(tuple(named), tuple(positions), names)
 
 
 def check_sizes(lo: int, hi: int, most: int = 12) -> tuple[int, ...]:
@@ -154,6 +157,13 @@ def size_sets(resolved: Resolved) -> list[dict[str, int]]:
     """The sizes to check a model at: one value per symbol in each set; with several
     symbols their check sizes are walked side by side (ends together)."""
     return _side_by_side({s: check_sizes(*resolved.range_of(s)) for s in resolved.symbols})
+
+
+def with_sizes(sets: list[dict[str, int]], symbol: str, values: Sequence[int]
+               ) -> list[dict[str, int]]:
+    """`sets` and one more per value of `symbol`, its other symbols as in the set nearest
+    along `symbol` (a size dispatcher's branch ends are checked with every symbol set)."""
+    return sets + [{**min(sets, key=lambda s: abs(s[symbol] - x)), symbol: x} for x in values]
 
 
 def _side_by_side(per: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:

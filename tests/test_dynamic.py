@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mlir_ansor.dynamic import (DynamicDim, check_sizes, parse_dynamic, resolve, size_sets,
-                                tune_sizes)
+                                tune_sizes, with_sizes)
 from mlir_ansor.errors import FrontendError, UsageError
 from tests.conftest import DATA, QUICK_CLI
 
@@ -66,6 +66,30 @@ def test_shared_symbols_and_resized_inputs():
     assert x.shape == (4, 37, 16) and ids.shape == (4, 37)
     assert ids.dtype == inputs[1].dtype and 0 <= int(ids.min()) and int(ids.max()) < 50
     assert [s["seq"] for s in size_sets(r)] == list(check_sizes(2, 32))
+
+
+def test_an_input_given_by_position_is_named_by_its_argument():
+    """A symbol becomes a torch.export Dim name, which must be an identifier ('1_1' is not)."""
+    model, inputs = two()
+    r = resolve(model, inputs, [parse_dynamic("1:1=2..32"), parse_dynamic("0:0=2..8")])
+    assert r.symbols == ("ids_1", "x_0")
+    shapes = r.export_shapes()
+    assert shapes["ids"][1].__name__ == "ids_1" and shapes["x"][0].__name__ == "x_0"
+
+
+def test_branch_ends_are_checked_with_every_symbol_set():
+    """A size dispatcher cuts along one symbol; the sets checked at its branch ends give the
+    other symbols a size too (the one of the nearest set), or resizing the inputs fails."""
+    model, inputs = two()
+    r = resolve(model, inputs, [parse_dynamic("x:1=2..64"), parse_dynamic("x:0=2..8")])
+    sets = size_sets(r)
+    more = with_sizes(sets, "x_1", [5, 63])
+    assert more[:len(sets)] == sets and [s["x_1"] for s in more[len(sets):]] == [5, 63]
+    for s in more[len(sets):]:
+        near = min(sets, key=lambda t: abs(t["x_1"] - s["x_1"]))
+        assert s["x_0"] == near["x_0"]
+        x, _ = r.inputs_at(inputs, s)
+        assert x.shape[:2] == (s["x_0"], s["x_1"])
 
 
 def test_check_sizes_cover_the_ends_and_sizes_that_divide_no_tile():

@@ -82,3 +82,24 @@ def test_a_static_expand_that_broadcasts_is_kept(shape):
 
     text = import_model(Broadcast().eval(), (torch.randn(*shape),))
     assert "tensor<4x3xf32>" in text
+
+
+class FixedMask(nn.Module):
+    """A causal mask of a fixed 16 x 16 added to the scores: the sequence cannot vary."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.triu(torch.full((16, 16), -1e9), 1))
+
+    def forward(self, x):
+        return torch.softmax(x @ x.transpose(-1, -2) + self.mask, dim=-1)
+
+
+def test_a_dimension_the_model_specialises_is_named_in_one_line():
+    from mlir_ansor.errors import FrontendError
+
+    with pytest.raises(FrontendError) as err:
+        import_model(FixedMask().eval(), (torch.randn(16, 8),),
+                     {"x": {0: torch.export.Dim("x_0", min=2, max=32)}})
+    msg = str(err.value)
+    assert "\n" not in msg and "the model fixes x_0 to 16" in msg

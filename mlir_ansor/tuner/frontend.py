@@ -92,6 +92,12 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
     if error is not None:
         e = error
         msg = str(e) + "\n" + diagnostics
+        fixed = re.findall(r"^\s*(\w+) = (\d+)$", msg, re.M)
+        if "Constraints violated" in msg and fixed:
+            raise FrontendError(
+                "--dynamic: the model fixes " + ", ".join(f"{s} to {n}" for s, n in fixed) +
+                " (torch.export: its code specialises that size), so it cannot be dynamic "
+                "there") from e
         op = (re.search(r'name = "(torch\.aten\.[A-Za-z_.0-9]+)"', msg)
               or re.search(r"legalize operation '([^']+)'", msg)
               or re.search(r"(aten[._:][A-Za-z_.0-9]+)", msg))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, branch_index, retag
-from mlir_ansor.dynamic import size_sets
+from mlir_ansor.dynamic import size_sets, with_sizes
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
@@ -245,7 +245,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
             lo, hi = m.dynamic.range_of(plan.symbol)
             have = {s[plan.symbol] for s in sets}
             ends = {x for r in plan.ranges(lo, hi) for x in r} - have
-            sets += [{plan.symbol: x} for x in sorted(ends)]
+            sets = with_sizes(sets, plan.symbol, sorted(ends))
         for i, sizes in enumerate(sets):
             label = ", ".join(f"{s}={v}" for s, v in sizes.items())
             checks.append((label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))
