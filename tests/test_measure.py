@@ -245,3 +245,40 @@ def test_interleaved_rounds_alternate_the_order():
                      "b": lambda: calls.append("b") or [2.0, 3.0]}, 3)
     assert calls == ["a", "b", "b", "a", "a", "b"]
     assert t == {"a": [1.0] * 3, "b": [2.0, 3.0] * 3}
+
+
+def _interpolation_flow(tools, tmp_path) -> str:
+    import torch
+
+    from mlir_ansor.tuner.frontend import import_model
+    from mlir_ansor.tuner.tasks import flow_source
+
+    class Upsample(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=2, mode="linear") * 2
+
+    (tmp_path / "m.mlir").write_text(import_model(Upsample().eval(), (torch.randn(2, 8, 40),)))
+    return flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300)
+
+
+def test_initializer_dispatches_are_not_tasks_to_tune(tools, tmp_path):
+    """IREE computes the interpolation's index tables in initializers: once, at load, so
+    they cost a call nothing and trials spent on them are wasted."""
+    tasks = extract_tasks(_interpolation_flow(tools, tmp_path))
+    init = [t for t in tasks if t.name.startswith("_initializer")]
+    assert init and all(t.skip_reason.startswith("runs once, at module load") for t in init)
+    assert [t.tunable for t in tasks if t not in init] == [True]
+
+
+def test_a_dispatch_without_inputs_is_prepared_and_timed(tools, tmp_path, monkeypatch):
+    """An initializer's dispatch taken as a task (as before they were skipped) reads no
+    input: its reference outputs go to the task's own folder."""
+    from mlir_ansor.dialect_helpers import dispatch
+
+    monkeypatch.setattr(dispatch, "_in_initializer", lambda op: False)
+    tasks = extract_tasks(_interpolation_flow(tools, tmp_path))
+    task = next(t for t in tasks if t.name.startswith("_initializer") and not t.input_types)
+    m = M.TaskMeasurer(task, tmp_path / "t", tools, M.MeasureConfig())
+    m.prepare()
+    assert m.points[0].inputs == () and m.points[0].reference[0].exists()
+    assert m.time_default() > 0

@@ -103,6 +103,11 @@ def flow_dispatches(module: ir.Module) -> list[FlowDispatch]:
             users = calls.get(name, [])
             if not users:
                 continue
+            if all(_in_initializer(u) for u in users):
+                out.append(FlowDispatch(name, None, "", len(users),
+                                        "runs once, at module load (an initializer): left "
+                                        "to IREE"))
+                continue
             try:
                 out.append(_flow_dispatch(name, exe, users))
             except UnsupportedDispatch as e:
@@ -144,6 +149,19 @@ def _tensor_dim(tensor: ir.Value, dim: int) -> ir.Value:
         "value": ir.IntegerAttr.get(ir.IndexType.get(), dim)}).result
     return ir.Operation.create("tensor.dim", results=[ir.IndexType.get()],
                                operands=[tensor, c]).result
+
+
+def _in_initializer(op: ir.Operation) -> bool:
+    """Whether `op` lies in a `util.initializer` (code IREE runs once, when the module
+    loads: none of a call's time)."""
+    parent = op.parent
+    while parent is not None:
+        if parent.name == "util.initializer":
+            return True
+        if parent.name == "builtin.module":
+            return False
+        parent = parent.parent
+    return False
 
 
 def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> FlowDispatch:

@@ -193,12 +193,16 @@ class TaskMeasurer:
         samples = task.samples if task.dynamic else (None,)
         # Reference outputs and magnitudes are filled in by prepare().
         self.points = [Point(s.label if s else "", s.weight if s else 1.0, tuple(self._save(
-            task_inputs(task, seed + i, s), self.dir / (f"size{i}" if s else ""), "in")))
+            task_inputs(task, seed + i, s), self._point_dir(i), "in")))
             for i, s in enumerate(samples)]
         self.best_s: float | None = None  # fastest valid candidate measured by this measurer
         self.best_at: dict[str, float] = {}  # and the fastest at each point
         self.default_at: dict[str, float] = {}  # IREE's default at each size sample
         self.pipeline = ""  # IREE's default codegen pipeline (set by prepare)
+
+    def _point_dir(self, i: int) -> Path:
+        """Where point i's inputs and outputs live (a dynamic task: one folder per size)."""
+        return self.dir / (f"size{i}" if self.task.dynamic else "")
 
     @staticmethod
     def _save(arrays: Sequence[np.ndarray], d: Path, stem: str) -> list[Path]:
@@ -236,7 +240,7 @@ class TaskMeasurer:
         n_out = len(self.task.output_types)
         runner = self.cfg.runner(self.tools)  # the reference is always made here
         for i, pt in enumerate(self.points):
-            d = pt.inputs[0].parent
+            d = self._point_dir(i)  # (a dispatch may take no input: an iota, a constant)
             outs, failed = runner.outputs(vmfb, pt.inputs, n_out, d / "reference")
             if outs is None:
                 raise UnsupportedDispatch(f"IREE's default build of {self.task.name} failed on "
