@@ -255,22 +255,17 @@ def _dynamic_result_sizes(load: ir.Operation) -> list[tuple[int, ir.Value]]:
     dyn = [d for d in range(rtype.rank) if rtype.is_dynamic_dim(d)]
     if not dyn:
         return []
-    if "static_sizes" not in load.attributes:
+    if "static_sizes" in load.attributes:
+        sizes = _segments(load)[3]
+    else:
         src = load.operands[0].owner
-        if src.name == "memref.subview" and src.operands[0].owner.name == _SUBSPAN:
-            # A slice of a binding (codegen's form of a rank-reducing load): its `?` sizes
-            # are the result's, in order.
-            sizes = _segments(src)[2]
-            if len(sizes) != len(dyn):
-                raise UnsupportedDispatch(f"a slice of {len(sizes)} dynamic sizes loaded "
-                                          f"into a tensor with {len(dyn)}")
-            return list(zip(dyn, sizes))
-        if src.name != _SUBSPAN:
+        if src.name == _SUBSPAN:
+            return list(zip(dyn, _segments(src)[-1]))
+        if src.name != "memref.subview" or src.operands[0].owner.name != _SUBSPAN:
             raise UnsupportedDispatch(f"a dynamic tensor loaded from '{src.name}'")
-        return list(zip(dyn, _segments(src)[-1]))
-    # The `?` of the sizes are those of the result, in order; a rank-reducing load drops
-    # only unit (static) sizes, so that holds for it too.
-    sizes = _segments(load)[3]
+        sizes = _segments(src)[2]  # a slice of a binding: codegen's rank-reducing load
+    # The `?` of the sizes (a load's, a slice's) are those of the result, in order: a
+    # rank-reducing one drops only unit (static) sizes.
     if len(sizes) != len(dyn):
         raise UnsupportedDispatch(f"a load of {len(sizes)} dynamic sizes into a tensor with "
                                   f"{len(dyn)}")
