@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,14 @@ DATA = Path(__file__).parent / "data"
 QUICK = dict(repeat=2, min_repeat_ms=10.0, retime_rounds=2, e2e_rounds=2, data_tiling="off")
 QUICK_CLI = ["--repeat", "2", "--min-repeat-ms", "10", "--retime-rounds", "2",
              "--e2e-rounds", "2", "--data-tiling", "off"]
+
+
+def tune_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m mlir_ansor.tune ARGS` in a child process from the repository root,
+    output captured (the caller checks the exit code)."""
+    return subprocess.run([sys.executable, "-m", "mlir_ansor.tune", *args],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def linalg_func(body_args: str, results: str, body: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from mlir_ansor.tuner.emulation import Emulator
 from mlir_ansor.tuner.runner import LocalRunner, ProxyRunner, RunInput
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.toolchain import Toolchain
-from tests.conftest import QUICK_CLI, compiled_matmul
+from tests.conftest import QUICK_CLI, compiled_matmul, tune_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -137,10 +136,8 @@ def test_proxy_runner_validates_under_qemu_and_rates_with_mca(tmp_path):
 @needs_mca
 def test_tune_for_aarch64_checks_under_qemu_and_hands_back_unmeasured(tmp_path):
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", MLP, "--target", "aarch64",
-                          "--allow-unmeasured", "--trials", "8", "--out", str(out),
-                          *QUICK_CLI],
-                         cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    res = tune_cli(MLP, "--target", "aarch64", "--allow-unmeasured", "--trials", "8",
+                   "--out", str(out), *QUICK_CLI, timeout=1500)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["unmeasured"] and report["device_kind"] == "aarch64-neon-mca"

@@ -3,8 +3,6 @@ the choice is timed with a margin, and every build of a data-tiled run passes th
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, data_tiled_contractions
                                       decide_data_tiling)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
-from tests.conftest import MATMUL, QUICK_CLI
+from tests.conftest import MATMUL, QUICK_CLI, tune_cli
 
 
 @pytest.mark.parametrize("flags", [(), DATA_TILING_FLAGS])
@@ -70,9 +68,8 @@ def test_a_data_tiled_run_builds_every_module_with_the_flag(tmp_path):
     out = tmp_path / "run"
     quick = [a for a in QUICK_CLI]
     quick[quick.index("--data-tiling") + 1] = "on"
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{__file__}:make",
-                          "--trials", "4", "--batch", "2", "--out", str(out), *quick],
-                         capture_output=True, text=True, timeout=900)
+    res = tune_cli(f"{__file__}:make", "--trials", "4", "--batch", "2", "--out", str(out),
+                   *quick)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     (e2e,) = report["e2e"].values()
@@ -128,10 +125,8 @@ def test_a_dynamic_model_is_data_tiled_and_correct_at_every_size(tmp_path):
     out = tmp_path / "run"
     quick = list(QUICK_CLI)
     quick[quick.index("--data-tiling") + 1] = "on"
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{__file__}:make",
-                          "--dynamic", "x:0=1..160", "--size-samples", "2", "--trials", "2",
-                          "--batch", "2", "--out", str(out), *quick],
-                         capture_output=True, text=True, timeout=900)
+    res = tune_cli(f"{__file__}:make", "--dynamic", "x:0=1..160", "--size-samples", "2",
+                   "--trials", "2", "--batch", "2", "--out", str(out), *quick)
     assert res.returncode == 0, res.stderr[-2000:]
     # IREE's data-tiled build was checked against torch at both size samples first.
     checked = sorted(p.name for p in (out / "e2e" / "data_tiling").glob("sample*"))
@@ -197,11 +192,8 @@ def test_contractions_iree_cannot_data_tile_are_left_to_the_tuner(tmp_path):
     out = tmp_path / "run"
     quick = list(QUICK_CLI)
     quick[quick.index("--data-tiling") + 1] = "on"
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune",
-                          f"{__file__}:make_attention", "--dynamic", "x:1=1..64",
-                          "--size-samples", "2", "--trials", "2", "--batch", "2",
-                          "--out", str(out), *quick],
-                         capture_output=True, text=True, timeout=900)
+    res = tune_cli(f"{__file__}:make_attention", "--dynamic", "x:1=1..64", "--size-samples",
+                   "2", "--trials", "2", "--batch", "2", "--out", str(out), *quick)
     assert res.returncode == 0, res.stderr[-2000:]
     layout = json.loads((out / "layout.json").read_text())
     # The projection is data-tiled; IREE fails on each batch matmul alone, so they are

@@ -1,8 +1,6 @@
 """Dynamic input dimensions: specs, their checks against a model, the sizes a module is
 checked at, and a run whose one module serves every size."""
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -10,7 +8,7 @@ import torch
 from mlir_ansor.dynamic import (DynamicDim, check_sizes, parse_dynamic, resolve, size_sets,
                                 tune_sizes, with_sizes)
 from mlir_ansor.errors import FrontendError, UsageError
-from tests.conftest import DATA, QUICK_CLI
+from tests.conftest import DATA, QUICK_CLI, tune_cli
 
 
 class Two(torch.nn.Module):
@@ -101,11 +99,9 @@ def test_check_sizes_cover_the_ends_and_sizes_that_divide_no_tile():
 
 def test_one_module_serves_every_size(tmp_path):
     out = tmp_path / "o"
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune",
-                          f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=16..32",
-                          "--trials", "4", "--batch", "2", "--size-samples", "2",
-                          "--out", str(out), *QUICK_CLI],
-                         capture_output=True, text=True, timeout=600)
+    res = tune_cli(f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=16..32", "--trials",
+                   "4", "--batch", "2", "--size-samples", "2", "--out", str(out), *QUICK_CLI,
+                   timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "tensor<?x64xf32>" in (out / "model.mlir").read_text()
     # Both dynamic dispatches were tuned: each candidate timed at every size sample.

@@ -1,14 +1,12 @@
 """Several models tuned together: identical dispatches are one task, each model is
 checked end to end."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from mlir_ansor import api
-from tests.conftest import QUICK_CLI
+from tests.conftest import QUICK_CLI, tune_cli
 from tests.data.small_mlp import make, make_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,10 +16,8 @@ DATA = ROOT / "tests" / "data" / "small_mlp.py"
 def test_two_models_share_tasks(tmp_path):
     out = tmp_path / "out"
     # (Random search: what is tested is the sharing, not the search.)
-    res = subprocess.run([sys.executable, "-m", "mlir_ansor.tune", f"{DATA}:make",
-                          f"{DATA}:make_head", "--trials", "6", "--batch", "3",
-                          "--policy", "random", "--out", str(out), *QUICK_CLI],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    res = tune_cli(f"{DATA}:make", f"{DATA}:make_head", "--trials", "6", "--batch", "3",
+                   "--policy", "random", "--out", str(out), *QUICK_CLI)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert len(report["e2e"]) == 2

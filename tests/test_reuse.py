@@ -2,10 +2,9 @@
 compete for export."""
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import QUICK_CLI
+from tests.conftest import QUICK_CLI, tune_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
@@ -13,10 +12,8 @@ MODEL = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
 
 def tune(out: Path, *extra: str) -> subprocess.CompletedProcess:
     # (Random search, no packed-weight alternatives: reuse is about the records.)
-    return subprocess.run([sys.executable, "-m", "mlir_ansor.tune", MODEL, "--batch", "2",
-                           "--policy", "random", "--no-layout-rewrite", "--out", str(out),
-                           *QUICK_CLI, *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    return tune_cli(MODEL, "--batch", "2", "--policy", "random", "--no-layout-rewrite",
+                    "--out", str(out), *QUICK_CLI, *extra)
 
 
 def test_reuse_earlier_records(tmp_path):
