@@ -202,3 +202,81 @@ def test_a_rank_reducing_dynamic_load_is_a_tunable_input(tools, tmp_path):
     rng = random.Random(3)
     recs = m.measure([annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(2)])
     assert [r.status for r in recs] == ["ok"] * 2, [r.error[:300] for r in recs]
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+class SumOverRows(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(dim=0)
+
+
+class KOfMatmul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def test_a_softmax_over_a_dynamic_row_is_tuned_in_chunks(tools, tmp_path):
+    """Rows of dynamic length (attention's softmax over the sequence): the row stays whole
+    in a workgroup and every op's innermost loop runs in chunks of full vectors, the
+    partial last chunk peeled; candidates match the reference at sizes that divide no
+    chunk."""
+    from mlir_ansor.sketch_passes.annotation import dynamic_row_splits
+    from mlir_ansor.sketch_passes.mutations import mutate_tile_size
+
+    torch.manual_seed(0)
+    s = torch.export.Dim("s", min=1, max=128)
+    (tmp_path / "m.mlir").write_text(import_model(Softmax().eval(), (torch.randn(4, 8, 8),),
+                                                  {"x": {1: s, 2: s}}))
+    (task,) = extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+    assert task.tunable and task.dynamic, task.skip_reason
+    samples = tuple(SizeSample((((0, 1), n), ((0, 2), n))) for n in (1, 37, 128))
+    t = task.__class__(**{**task.__dict__, "samples": samples})
+    m = TaskMeasurer(t, tmp_path / "tasks", tools, MeasureConfig(repetitions=1, min_time_s=0.01))
+    m.prepare()
+    ops, (sketch,) = m.task.ops, m.task.sketches
+    anchor = ops[-1]
+    assert sketch.root == "" and anchor.dynamic_loops == (1, 2)
+    rng = random.Random(4)
+    progs = [annotate(ops, sketch, rng) for _ in range(12)]
+    chunks = set()
+    for p in progs:
+        assert violations(ops, p) == []
+        assert p.split(anchor.name, 1).lengths == (1,)  # rows of one
+        whole, v = p.split(anchor.name, 2).lengths
+        assert whole == anchor.extents[2] and v % 8 == 0  # the row whole, full vectors
+        assert 2 not in p.find(ParallelStep, anchor.name).loops
+        chunks.add(v)
+    assert len(chunks) > 1
+    # A chunk that is no whole number of vectors, or a row cut over workgroups, is no
+    # program of it.
+    for bad in ((anchor.extents[2], 12), (16, 16)):
+        q = p.__class__(p.sketch, tuple(SplitStep(anchor.name, 2, bad) if isinstance(
+            x, SplitStep) and x.loop == 2 else x for x in p.steps))
+        assert bad not in dynamic_row_splits(anchor, 2, {2})
+        assert any("dynamic loop" in e for e in violations(ops, q))
+    moved = {mutate_tile_size(ops, progs[0], random.Random(i)) for i in range(20)} - {None}
+    assert moved and all(violations(ops, q) == [] for q in moved)
+    recs = m.measure(progs[:3])
+    assert [r.status for r in recs] == ["ok"] * 3, [r.error[:300] for r in recs]
+    assert all(set(r.by_size) == {"1", "37", "128"} for r in recs)
+
+
+def test_a_dynamic_reduction_without_a_chunked_row_is_left_to_iree(tools, tmp_path):
+    """A sum over dynamic rows (IREE makes them the innermost loop, the output has no
+    dynamic dim to chunk) and a contraction over a dynamic k (the root's reduction): no
+    micro-kernel serves them yet; left to IREE with the reason."""
+    s = torch.export.Dim("s", min=1, max=128)
+    (tmp_path / "m.mlir").write_text(import_model(SumOverRows().eval(), (torch.randn(8, 64),),
+                                                  {"x": {0: s}}))
+    (tmp_path / "k.mlir").write_text(import_model(
+        KOfMatmul().eval(), (torch.randn(8, 16), torch.randn(16, 32)),
+        {"a": {1: s}, "b": {0: s}}))
+    for name in ("m.mlir", "k.mlir"):
+        (task,) = extract_tasks(flow_source(tmp_path / name, "llvm-cpu", tools, 300))
+        assert not task.tunable
+        assert task.skip_reason.startswith(
+            "no micro-kernel sketch serves a dynamic reduction loop"), task.skip_reason

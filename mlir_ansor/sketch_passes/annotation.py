@@ -206,11 +206,49 @@ def dynamic_peelable(ops: Sequence[OpInfo], sketch: Sketch, *,
     base = op_by_name(ops, sketch.root or sketch.anchor)
     dyn = set(base.dynamic_loops)
     if sketch.root:
-        if op_by_name(ops, sketch.anchor).map_stored:
+        # A dynamic reduction (a contraction's, or a row's of a fused op) has no kernel here.
+        if op_by_name(ops, sketch.anchor).map_stored or any(
+                l in o.reduction_dims for o in ops for l in o.dynamic_loops):
             return False
         return len(dyn) <= 1 and dyn <= set(peel_candidates(base, sketch, target=target))
-    last = len(base.output.shape) - 1
-    return all(base.output_dim_of_loop(l) != last for l in dyn)
+    # Without a root every op is cut to rows: a dynamic loop may be a row loop of any op, or
+    # an op's innermost loop (chunks of full vectors, the partial last chunk peeled) when
+    # that is its output's contiguous dim or its innermost reduction.
+    for o in ops:
+        if not o.is_linalg or not o.extents:
+            continue
+        inner = len(o.extents) - 1
+        for l in o.dynamic_loops:
+            if o.iterators[l] == "reduction" and l != inner:
+                return False
+            if l == inner and o.iterators[l] == "parallel" and \
+                    o.output_dim_of_loop(l) != len(o.output.shape) - 1:
+                return False
+    # The chunk is chosen on the anchor's contiguous dim: a dynamic reduction needs that to
+    # be dynamic too (a sum over dynamic rows alone has no chunk to take; not served yet).
+    anchor = op_by_name(ops, sketch.anchor)
+    chunked = any(anchor.output_dim_of_loop(l) == len(anchor.output.shape) - 1
+                  for l in anchor.dynamic_loops)
+    return chunked or not any(l in o.reduction_dims for o in ops for l in o.dynamic_loops)
+
+
+# A dynamic loop without a root: rows of one per workgroup, except the anchor's contiguous
+# dim, cut into chunks of V = f32 lanes x m elements (full vectors; the partial last chunk
+# peeled to single elements) with W = V x w elements per workgroup, or kept whole in the
+# workgroup when producers reduce it (softmax, layer norm: (extent, V)).
+DYNAMIC_CHUNK_VECTORS = (1, 2, 4)
+DYNAMIC_CHUNKS_PER_WORKGROUP = (4, 16, 64)
+
+
+def dynamic_row_splits(op: OpInfo, loop: int, whole: set[int], *,
+                       target: Target | None = None) -> list[tuple[int, ...]]:
+    """The splits a sketch without a root may give dynamic loop `loop` of its anchor."""
+    if op.output_dim_of_loop(loop) != len(op.output.shape) - 1:
+        return [(1,)]
+    chunks = [annotation_limits(target).f32_lanes * m for m in DYNAMIC_CHUNK_VECTORS]
+    if loop in whole:
+        return [(op.extents[loop], v) for v in chunks]
+    return [(v * w, v) for v in chunks for w in DYNAMIC_CHUNKS_PER_WORKGROUP]
 
 
 def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int],
@@ -379,16 +417,16 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         anchor = op_by_name(ops, sketch.anchor)
         whole = whole_row_loops(ops, sketch)
         for _ in range(100):  # resample until a map_store's workgroup tile fits the stack
-            splits = {l: (anchor.extents[l],) if l in whole else (1,)
-                      if l in anchor.dynamic_loops else _sample_levels(
-                          rng, anchor.extents[l], 1, inner_limit(anchor, l, target=target))
+            splits = {l: rng.choice(dynamic_row_splits(anchor, l, whole, target=target))
+                      if l in anchor.dynamic_loops else (anchor.extents[l],) if l in whole
+                      else _sample_levels(rng, anchor.extents[l], 1,
+                                          inner_limit(anchor, l, target=target))
                       for l in anchor.parallel_dims}
             if map_store_fits(ops, sketch, anchor, splits):
                 break
         for l in anchor.parallel_dims:
             prog = prog.with_step(SplitStep(anchor.name, l, splits[l]))
-        outer = [l for l in anchor.parallel_dims
-                 if anchor.extents[l] // prog.split(anchor.name, l).lengths[0] > 1]
+        outer = eligible_parallel(anchor, prog, whole)
         prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
         prog = prog.with_step(VectorizeStep(anchor.name))
     return prog
@@ -474,16 +512,17 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         errs.append(f"dynamic loops {list(base.dynamic_loops)} must be the peeled loop")
     for l in base.parallel_dims:
         s = prog.split(base.name, l)
+        if not sk.root and l in base.dynamic_loops:
+            if s is None or s.lengths not in dynamic_row_splits(base, l, whole, target=target):
+                errs.append(f"loop {l}: a dynamic loop without a root is cut to rows of one, "
+                            "or the contiguous one to chunks of full vectors")
+            continue
         if s is None or len(s.lengths) != levels:
             errs.append(f"loop {l}: needs {levels} split levels")
             continue
         if l in whole:
             if s.lengths != (base.extents[l],):
                 errs.append(f"loop {l}: rows reduced by a producer stay whole")
-            continue
-        if not sk.root and l in base.dynamic_loops:
-            if s.lengths != (1,):
-                errs.append(f"loop {l}: a dynamic loop without a root is cut to rows of one")
             continue
         if l in peeled and l in base.dynamic_loops:
             if s.lengths[0] not in DYNAMIC_WORKGROUP_KERNELS or s.lengths[1] != 1 or \
@@ -548,7 +587,7 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
                                            for l in base.parallel_dims},
                            par.loops if par else None):
         errs.append("workgroup tile too large for a map_store output")
-    eligible = eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog, whole)
     if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
             any(l not in eligible for l in par.loops):
         errs.append("parallel loops must have an outer extent > 1 (at most 3)")
@@ -565,7 +604,7 @@ def repair(ops: Sequence[OpInfo], prog: Program) -> Program:
     base = op_by_name(ops, sk.root or sk.anchor)
     if sk.gpu:
         return repair_gpu(ops, prog)
-    eligible = eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog, whole_row_loops(ops, sk))
     steps = []
     for s in prog.steps:
         if isinstance(s, ParallelStep) and s.op == base.name:

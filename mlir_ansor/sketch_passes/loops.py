@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from typing import Collection, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.analysis import strided_window_loops
@@ -133,13 +133,13 @@ def parallel_tiles(op: OpInfo, prog: Program, loop: int,
     return (a * b * c if distributed else ext), b * c, b, c
 
 
-def eligible_parallel(op: OpInfo, prog: Program) -> list[int]:
+def eligible_parallel(op: OpInfo, prog: Program, rows: Collection[int] = ()) -> list[int]:
     """Parallel loops whose outermost (workgroup) level has more than one iteration (a
-    peeled loop stays whole there)."""
+    peeled loop stays whole there, and so do `rows`, loops a producer reduces)."""
     out = []
     whole = prog.peeled(op.name) - set(prog.blocks(op.name))
     for l in op.parallel_dims:
-        if prog.split(op.name, l) is None:
+        if prog.split(op.name, l) is None or l in rows:
             continue
         # A dynamic loop always may have several workgroups (its extent is no extent);
         # first, so that a parallel step of any depth keeps it.

@@ -13,8 +13,9 @@ from typing import Callable, Sequence
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
                                                  block_candidates, block_choices, block_tiles,
-                                                 pack_candidates, packs_fit, peel_sizes, repair,
-                                                 unroll_choices, violations)
+                                                 dynamic_row_splits, pack_candidates, packs_fit,
+                                                 peel_sizes, repair, unroll_choices, violations,
+                                                 whole_row_loops)
 from mlir_ansor.sketch_passes.loops import divisors, eligible_parallel, op_by_name
 from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, Program,
                                               SplitStep, Step, UnrollStep, VectorizeStep)
@@ -72,6 +73,15 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
     if not splits:
         return None
     step = rng.choice(splits)
+    if not prog.sketch.root and step.loop in base.dynamic_loops:
+        # Rows of one, or another chunk / workgroup of a dynamic contiguous loop.
+        choices = [c for c in dynamic_row_splits(base, step.loop,
+                                                 whole_row_loops(ops, prog.sketch),
+                                                 target=target) if c != step.lengths]
+        if not choices:
+            return None
+        return _checked(ops, _replace(prog, step, SplitStep(step.op, step.loop,
+                                                            rng.choice(choices))), target)
     blocks = prog.blocks(base.name)
     if step.loop in blocks:  # another register tile, block or number of blocks
         return _mutate_block(ops, prog, base, step, blocks[step.loop], rng, target)
@@ -164,7 +174,7 @@ def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
     """Change how many outer loops are distributed over workgroups (parallel granularity)."""
     base = _base(ops, prog)
     par = prog.find(ParallelStep, base.name)
-    eligible = eligible_parallel(base, prog)
+    eligible = eligible_parallel(base, prog, whole_row_loops(ops, prog.sketch))
     choices = [k for k in range(1, min(len(eligible), MAX_WORKGROUP_DIMS) + 1)
                if par is None or k != len(par.loops)]
     if par is None or not choices:

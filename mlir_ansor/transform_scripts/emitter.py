@@ -22,6 +22,7 @@ from mlir_ansor.dialect_helpers import transform_builder as tbm
 from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
+from mlir_ansor.sketch_passes.annotation import whole_row_loops
 from mlir_ansor.sketch_passes.loops import (batch_loops, footprint_shape, lane_loop,
                                             largest_divisor, op_by_name, reduction_tile)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
@@ -65,11 +66,17 @@ class TilePlan:
                                   for l in self.peeled)
         unroll = program.find(UnrollStep, base.name)
         self.unroll = unroll.factor if unroll else 1
+        # Without a root: loops a producer reduces stay whole in a workgroup; a dynamic
+        # contiguous loop is (W, V): W elements per workgroup (or whole), chunks of V.
+        self.whole = whole_row_loops(ops, sk)
+        self.row_chunk = next((ls[1] for l, ls in self.lengths.items()
+                               if self.root is None and l in base.dynamic_loops
+                               and len(ls) == 2), 0)
 
     def _whole_at(self, loop: int, level: int) -> bool:
         """Whether a parallel loop of the base op is untiled at `level`: not distributed
         over workgroups (level 0), or peeled (whole above S2)."""
-        if level == 0 and loop not in self.parallel:
+        if (level == 0 and loop not in self.parallel) or loop in self.whole:
             return True
         # A dynamic micro-kernel loop has fixed workgroup tiles; a static one stays whole
         # above S2.
@@ -84,6 +91,8 @@ class TilePlan:
         if loop in self.blocks:
             a, c = self.lengths[loop][0], self.lengths[loop][-1]
             return (a * self.blocks[loop], self.blocks[loop], c)[level]
+        if self.root is None:
+            return self.lengths[loop][0]  # (W,) or a dynamic loop's (W, V)
         return math.prod(self.lengths[loop][level:])
 
     def base_sizes(self, level: int) -> list[int]:
@@ -197,6 +206,44 @@ def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
     h[op.name] = partial
     extra_vector += [init, merge]
     return [loop_h]
+
+
+def _dynamic_row(op: OpInfo, tile_last: int) -> bool:
+    """Whether `op`'s innermost loop is a dynamic row inside the workgroup: its innermost
+    reduction, or its contiguous output dim over more than a row of one (`tile_last`)."""
+    inner = len(op.extents) - 1
+    if inner < 0 or inner not in op.dynamic_loops:
+        return False
+    return op.iterators[inner] == "reduction" or tile_last > 1
+
+
+def _tile_dynamic_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, chunk: int,
+                       extra_vector: list) -> list:
+    """Tile an op whose innermost loop has a dynamic extent to rows of one and that loop to
+    chunks of `chunk` elements: the full chunks are one static vector each, the partial
+    last chunk is peeled and cut to single elements (masked vectorization is not an option
+    in IREE 3.13). A reduction accumulates `chunk` partial results (rfactor) merged once
+    per row; returns the loops whose accumulators to hoist."""
+    n = len(op.extents)
+    outer = [1] * (n - 1) + [0]
+    if any(outer):
+        h[op.name], _ = tb.tile_for(h[op.name], outer)
+    inner = [0] * (n - 1) + [chunk]
+    one = [0] * (n - 1) + [1]
+    hoist: list = []
+    if op.iterators[n - 1] == "reduction":
+        init, h[op.name], merge, loop_h = tb.rfactor(h[op.name], inner)
+        extra_vector += [init, merge]
+    else:
+        h[op.name], (loop_h,) = tb.tile_for(h[op.name], inner)
+    full, rest = tb.peel(loop_h)
+    rest_op, _ = tb.tile_for(tb.match_names(rest, [op.op_name]), one)
+    h[op.name] = transform.MergeHandlesOp([tb.match_names(full, [op.op_name]),
+                                           rest_op]).result
+    tb.patterns(func, tbm.tiling_cleanup())
+    if op.iterators[n - 1] == "reduction":
+        hoist.append(full)
+    return hoist
 
 
 def _tile_last(op: OpInfo, plan: "TilePlan", shape: Sequence[int]) -> int:
@@ -339,9 +386,15 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         elif root is None:
             shape = plan.tile_shape(0)
             for o in ops:
-                if o.is_linalg:
-                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
-                    vector_ops.append(o.name)
+                if not o.is_linalg:
+                    continue
+                if plan.row_chunk and _dynamic_row(o, _tile_last(o, plan, shape)):
+                    extra_loops += _tile_dynamic_rows(tb, func, h, o, plan.row_chunk,
+                                                      extra_vector)
+                else:
+                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape),
+                                              extra_vector)
+                vector_ops.append(o.name)
         else:
             # S1: fuse the root (and its init) into the consumer tile / local accumulator.
             # A structure step (consumer fusion, cache write) may name the op whose S1 tile

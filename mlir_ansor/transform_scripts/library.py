@@ -224,9 +224,11 @@ def _root_op_name(pattern: str) -> str:
 
 
 def sizes_as_arguments(pattern: str) -> str:
-    """A dynamic task's pattern with each `tensor.dim` (the body's use of a dynamic size)
-    replaced by an index argument: the DAG matcher takes arguments as wildcards, and in the
-    payload that size is a workload ordinal, not a tensor.dim."""
+    """A dynamic task's pattern with each use of a `tensor.dim` (the body's read of a
+    dynamic size) an index argument of its own: the DAG matcher takes arguments as
+    wildcards; in the payload a size is a workload ordinal, not a tensor.dim; and IREE
+    3.13's matcher fails on one argument used twice (softmax's row statistics and its
+    output sized by the same rows: never configured)."""
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(pattern)
         func = module.body.operations[0]
@@ -235,9 +237,9 @@ def sizes_as_arguments(pattern: str) -> str:
         if not dims:
             return pattern
         for d in dims:
-            if list(d.operation.results[0].uses):  # an unused size has nothing to match
-                arg = block.add_argument(ir.IndexType.get(), ir.Location.unknown())
-                d.operation.results[0].replace_all_uses_with(arg)
+            for use in list(d.operation.results[0].uses):
+                use.owner.operands[use.operand_number] = block.add_argument(
+                    ir.IndexType.get(), ir.Location.unknown())
             d.operation.erase()
         for o in list(block.operations):
             o = o.operation

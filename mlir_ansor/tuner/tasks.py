@@ -190,10 +190,10 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
         why = "no linalg op (a copy): left to IREE"
     elif task.dynamic and target != "llvm-cpu":
         why = f"dynamic shapes on {target}: left to IREE's default codegen"
-    elif task.dynamic and any(l in o.reduction_dims for o in ops for l in o.dynamic_loops):
-        why = "a dynamic reduction loop: left to IREE's default codegen"
     elif task.dynamic and not sketches:
-        why = "no micro-kernel sketch serves its dynamic loops: left to IREE's default codegen"
+        what = ("a dynamic reduction loop" if any(l in o.reduction_dims for o in ops
+                                                  for l in o.dynamic_loops) else "its dynamic loops")
+        why = f"no micro-kernel sketch serves {what}: left to IREE's default codegen"
     elif not ops[-1].parallel_dims:
         # No parallel loop to give workgroups. On llvm-cpu a lone reduction (after its
         # init) runs in a one-workgroup forall (emitter.one_workgroup_reduction); anything
