@@ -266,3 +266,46 @@ def test_branches_on_one_of_two_dynamic_dims_compute_every_size(tools, tmp_path)
         outs, why = run_outputs(tools, tmp_path / "b.vmfb", paths, 1, tmp_path / f"o{n}", cfg)
         assert outs is not None, why
         np.testing.assert_allclose(outs[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_path,
+                                                                         monkeypatch):
+    """The dispatcher and the model with one kernel per task are both built, checked and
+    timed at the same sizes; the faster goes back. Here a plan is forced (a candidate at
+    the largest size, IREE's default below) and the timing of the form without it halved:
+    that form takes the folder's place and the report names the rejected dispatcher."""
+    import json
+
+    from mlir_ansor import tune
+    from mlir_ansor.tuner.stages import hand_back
+    from tests.conftest import DATA, QUICK_CLI
+
+    def forced(times, margin):
+        top = max(times.default_at)
+        return {s: times.candidates[0][0] if s == top else None for s in times.default_at}
+
+    real_e2e = hand_back.model_e2e
+
+    def faster_without(state, ex, m, sizes_of=None):
+        e = real_e2e(state, ex, m, sizes_of)
+        if sizes_of is None:
+            return e
+        return replace(e, tuned_s=e.tuned_s / 2,
+                       by_size=tuple((n, t, d, s / 2) for n, t, d, s in e.by_size))
+
+    from dataclasses import replace
+    monkeypatch.setattr(hand_back, "per_size_choice", forced)
+    monkeypatch.setattr(hand_back, "model_e2e", faster_without)
+    out = tmp_path / "o"
+    rc = tune.main([f"{DATA / 'small_mlp.py'}:make", "--dynamic", "x:0=16..32", "--trials",
+                    "4", "--batch", "2", "--size-samples", "2", "--out", str(out), *QUICK_CLI])
+    assert rc == 0
+    (e2e,) = json.loads((out / "report.json").read_text())["e2e"].values()
+    assert e2e["size_dispatcher"] is None and e2e["size_dispatcher_rejected"]["cuts"]
+    with_it, without = e2e["dispatcher_speedups"]
+    assert without > with_it
+    # The handed-back form has no branches, and was checked at the dispatcher's ends too.
+    assert "scf.if" not in (out / "model_tuned.mlir").read_text()
+    cut = e2e["size_dispatcher_rejected"]["cuts"][0]
+    assert {f"x_0={cut - 1}", f"x_0={cut}"} <= set(e2e["also_checked_at"])
+    assert "NOT handed back, one kernel per task is" in (out / "report.txt").read_text()

@@ -7,6 +7,7 @@ and dropped; IREE's default module is handed back where the tuned one is not fas
 Each output folder gets `build.sh` (stock iree-compile rebuilds the handed-back module)."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
@@ -232,15 +233,16 @@ def write_library(path: Path, entries: Sequence[TunedEntry]) -> Path | None:
     return path
 
 
-def model_e2e(state: RunState, ex: _Export, m: ModelIn):
-    """End-to-end check and timing of one model; drops the strategies that break it."""
+def model_e2e(state: RunState, ex: _Export, m: ModelIn, sizes_of: SizePlan | None = None):
+    """End-to-end check and timing of one model; drops the strategies that break it.
+    `sizes_of`: the dispatcher whose branch ends are checked too (default: the model's)."""
     cfg, tools = state.cfg, state.tools
     prebuilt = m.baseline_dir / "default.vmfb"
     probe_dir = m.dir / "e2e" / "bisect"
     checks = []
     if m.dynamic is not None:
         sets = size_sets(m.dynamic)
-        plan = ex.plans.get(m.name)
+        plan = sizes_of or ex.plans.get(m.name)
         if plan is not None:  # every branch is checked, at both of its ends
             lo, hi = m.dynamic.range_of(plan.symbol)
             have = {s[plan.symbol] for s in sets}
@@ -303,6 +305,43 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn):
                        f"{sorted(ex.dropped)}")
 
 
+# What a size dispatcher's module is built against: the same model with one kernel per task.
+WITHOUT_DISPATCHER = "without_dispatcher"
+
+
+def _without_dispatcher(state: RunState, plans: dict[str, SizePlan], single: dict,
+                        winners: dict) -> tuple[_Export, dict, dict[str, Path]]:
+    """A size dispatcher is not free: IREE runs each branch's copy of the dynamic work in a
+    region of its own (a BERT layer's dispatcher of IREE's kernels alone: 0.6-1.2 ms more a
+    call at 16-64 tokens, 15-20%). The models built again with one kernel per task, each
+    in a folder of its own, checked and timed at the same sizes as with the dispatcher:
+    (their export, end-to-end results, folders) by model name."""
+    alts = []
+    for m in state.models:
+        d = m.dir / WITHOUT_DISPATCHER
+        (d / "e2e" / "baseline").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(m.dir / "model.mlir", d / "model.mlir")
+        if (m.baseline_dir / "default.vmfb").exists():
+            shutil.copyfile(m.baseline_dir / "default.vmfb", d / "e2e" / "baseline" /
+                            "default.vmfb")
+        alts.append(replace(m, dir=d))
+    sub = replace(state, models=tuple(alts))
+    ex = _Export(sub, single, winners, {})
+    e2es = {a.name: model_e2e(sub, ex, a, sizes_of=plans[a.name]) for a in alts}
+    return ex, e2es, {a.name: a.dir for a in alts}
+
+
+def _move_forms(src: Path, dst: Path) -> None:
+    """The tuned form, library, layout and end-to-end files of `src` in place of `dst`'s."""
+    for name in ("model_tuned.mlir", LIBRARY, "layout.json"):
+        if (src / name).exists():
+            shutil.copyfile(src / name, dst / name)
+        else:
+            (dst / name).unlink(missing_ok=True)
+    shutil.rmtree(dst / "e2e", ignore_errors=True)
+    shutil.copytree(src / "e2e", dst / "e2e")
+
+
 def torch_per_task(state: RunState) -> dict[str, tuple[str, float]]:
     """Task key -> (torch's op for the task's contraction, its time in torch eager), for
     the report's roofline: static tasks in the model's own layout, measured on this
@@ -326,6 +365,7 @@ def hand_back(state: RunState) -> RunState:
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
     plans: dict[str, SizePlan] = {}
+    single = dict(timed)  # one kernel per task over every size
     for m in state.models:
         plan, why = plan_model(state, m, at)
         if why:
@@ -336,6 +376,19 @@ def hand_back(state: RunState) -> RunState:
                 timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
     ex = _Export(state, timed, winners, plans)
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
+    compared: dict[str, tuple[float, float]] = {}
+    rejected: dict[str, SizePlan] = {}
+    if plans and all(m.name in plans for m in state.models):
+        # (Strategies are shared between models: with or without dispatchers, all alike.)
+        alt, alt_e2es, folders = _without_dispatcher(state, plans, single, winners)
+        compared = {n: (e2es[n].speedup, alt_e2es[n].speedup) for n in e2es}
+        for n, (a, b) in compared.items():
+            state.report(Note(f"{n}: with the size dispatcher {a:.2f}x IREE's default over "
+                              f"the sizes, with one kernel per task {b:.2f}x"))
+        if all(b > a for a, b in compared.values()):
+            rejected, plans, timed, ex, e2es = plans, {}, single, alt, alt_e2es
+            for m in state.models:  # the forms without a dispatcher take the folder's place
+                _move_forms(folders[m.name], m.dir)
     wins = {}
     flags = target_flags(opts.target)
     for m in state.models:
@@ -361,5 +414,5 @@ def hand_back(state: RunState) -> RunState:
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
                   dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
-                  dict(plans), torch)
+                  dict(plans), torch, rejected, compared)
     return replace(state, handback=hb)

@@ -174,15 +174,23 @@ def dynamic_parts(state: RunState) -> list[str]:
     hb = state.handback
     names = {t.key: t.task_id for t in state.tasks}
     for m in state.models:
-        plan = hb.plans.get(m.name)
+        plan = hb.plans.get(m.name) or hb.rejected_plans.get(m.name)
         if plan is None:
             continue
         lo, hi = m.dynamic.range_of(plan.symbol)
+        if m.name in hb.dispatcher_speedups:
+            a, b = hb.dispatcher_speedups[m.name]
+            verdict = (f"; end to end over the sizes {a:.2f}x IREE's default with it, {b:.2f}x "
+                       "with one kernel per task: " + (
+                           "NOT handed back, one kernel per task is"
+                           if m.name in hb.rejected_plans else "handed back"))
+        else:
+            verdict = ""
         kernels = {p.key: f"{p.key[:6]}: {p.sketch.name}; {micro_kernel(p) or 'rows of one'}"
                    for progs in plan.choices.values() for p in progs if p is not None}
         parts.append(f"Size dispatcher of {m.name} (on {plan.symbol}: argument {plan.arg}, "
                      f"dim {plan.dim}; cuts at {', '.join(map(str, plan.cuts))}; one tagged "
-                     "copy of the model's dynamic work per range, model_tuned.mlir"
+                     "copy of the model's dynamic work per range" + verdict
                      + ("" if hb.wins[m.name] else "; not handed back: the tuned module "
                         "lost end to end") + "):\n"
                      + table(["task", "sizes", "runs"], describe(plan, lo, hi, names, kernels)))
@@ -318,7 +326,9 @@ def write_report(state: RunState) -> RunState:
                          "channels_last": state.forms[m.name].channels_last,
                          "data_tiling": state.forms[m.name].tiled,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",
-                         "size_dispatcher": _plan_json(hb.plans.get(m.name))}
+                         "size_dispatcher": _plan_json(hb.plans.get(m.name)),
+                         "size_dispatcher_rejected": _plan_json(hb.rejected_plans.get(m.name)),
+                         "dispatcher_speedups": hb.dispatcher_speedups.get(m.name)}
                 for m in state.models for e in [hb.e2e[m.name]]}}, indent=2))
     state.report(Reported(summary, out))
     return replace(state, summary=summary)

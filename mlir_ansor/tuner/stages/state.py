@@ -98,6 +98,12 @@ class HandBack:
     plans: Mapping[str, SizePlan] = field(default_factory=dict)
     # task key -> (torch's op for its contraction, torch eager's seconds), timed in this run
     torch: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    # model -> a size dispatcher built, checked and measured slower end to end than one
+    # kernel per task (not handed back)
+    rejected_plans: Mapping[str, SizePlan] = field(default_factory=dict)
+    # model -> (with the dispatcher, with one kernel per task): speedups over IREE's
+    # default over the sizes, where both were built
+    dispatcher_speedups: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
