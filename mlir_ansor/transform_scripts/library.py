@@ -192,20 +192,63 @@ def _tagged_ops(task_mlir: str) -> dict[int, str]:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(task_mlir)
         for i, op in enumerate(tileable_ops(module.operation)):
-            if TAG_ATTR not in op.attributes:
-                continue
-            one = ir.Module.create()
-            types = [v.type for v in op.operands]
-            with ir.InsertionPoint(one.body):
-                f = func_d.FuncOp("pattern", (types, [r.type for r in op.results]))
-            block = f.add_entry_block()
-            copy = op.clone(ir.InsertionPoint(block))
-            for k, a in enumerate(block.arguments):
-                copy.operands[k] = a
-            with ir.InsertionPoint(block):
-                func_d.ReturnOp(list(copy.results))
-            out[i] = str(one)
+            if TAG_ATTR in op.attributes:
+                out[i] = _one_op_pattern(op)
     return out
+
+
+def _one_op_pattern(op: ir.Operation) -> str:
+    """`op` alone in a function whose arguments are its operands. Every wrapper of the new
+    module's ops dies with this frame, before the module: a wrapper outliving its module
+    is a dangling pointer the bindings may hand out again for a new op at the same
+    address (heap corruption seen when one module per tagged op was rebound in a loop)."""
+    one = ir.Module.create()
+    with ir.InsertionPoint(one.body):
+        f = func_d.FuncOp("pattern", ([v.type for v in op.operands],
+                                      [r.type for r in op.results]))
+    block = f.add_entry_block()
+    copy = op.clone(ir.InsertionPoint(block))
+    for k, a in enumerate(block.arguments):
+        copy.operands[k] = a
+    # Values the op's body captures from above (a constant divisor) are defined in the
+    # original module: a constant is copied in, anything else becomes an argument too.
+    captured: dict[ir.Value, ir.Value] = {}
+
+    def own(o: ir.Operation) -> ir.WalkResult:
+        for k, v in enumerate(o.operands):
+            owner = v.owner if isinstance(v, ir.OpResult) else v.owner.owner
+            if not _nested_in(owner, copy):
+                if v not in captured:
+                    src = getattr(owner, "operation", owner)
+                    if isinstance(v, ir.OpResult) and src.name == "arith.constant":
+                        captured[v] = src.clone(ir.InsertionPoint.at_block_begin(block)
+                                                ).results[0]
+                    else:
+                        captured[v] = block.add_argument(v.type, ir.Location.unknown())
+                o.operands[k] = captured[v]
+        return ir.WalkResult.ADVANCE
+
+    for region in copy.regions:
+        for b in region.blocks:
+            for inner in b.operations:
+                inner.operation.walk(own)
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [r.type for r in op.results]))
+    with ir.InsertionPoint(block):
+        func_d.ReturnOp(list(copy.results))
+    text = str(one)
+    del copy, block, f, captured
+    return text
+
+
+def _nested_in(op, ancestor: ir.Operation) -> bool:
+    """Whether `op` (an operation, or a block's parent) lies inside `ancestor`."""
+    op = getattr(op, "operation", op)
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
 
 
 def _patterns(entry: TunedEntry) -> list[tuple[str, str]]:

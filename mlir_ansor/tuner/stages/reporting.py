@@ -182,8 +182,8 @@ def dynamic_parts(state: RunState) -> list[str]:
             a, b = hb.dispatcher_speedups[m.name]
             verdict = (f"; end to end over the sizes {a:.2f}x IREE's default with it, {b:.2f}x "
                        "with one kernel per task: " + (
-                           "NOT handed back, one kernel per task is"
-                           if m.name in hb.rejected_plans else "handed back"))
+                           "one kernel per task is the tuned form"
+                           if m.name in hb.rejected_plans else "it is the tuned form"))
         else:
             verdict = ""
         kernels = {p.key: f"{p.key[:6]}: {p.sketch.name}; {micro_kernel(p) or 'rows of one'}"
