@@ -339,3 +339,30 @@ def test_a_tagged_op_capturing_a_constant_gets_a_parsable_one_op_pattern():
         with ir.Context():
             ir.Module.parse(text)  # parses: every value it reads is defined in it
         assert "arith.constant 8.0" in text and f'ansor_kernel = "b{i}"' in text
+
+
+class _TwoScalings(torch.nn.Module):
+    def forward(self, x, y):
+        return x / 8.0, y / 8.0
+
+
+def test_a_dynamic_tasks_strategy_skips_a_static_dispatch_of_the_same_structure(tools,
+                                                                                tmp_path):
+    """The structure matcher (a body reading a constant from above) took a dynamic loop's
+    extent as any: the dynamic scaling's strategy also landed on the static one beside it
+    (in a BERT layer its peel then failed there)."""
+    (tmp_path / "m.mlir").write_text(import_model(
+        _TwoScalings().eval(), (torch.randn(64), torch.randn(1024)),
+        {"x": {0: torch.export.Dim("n", min=2, max=4096)}, "y": None}))
+    tasks = extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+    (dyn,) = [t for t in tasks if t.dynamic]
+    assert captures_outer_values(dyn.task_mlir) and len(tasks) == 2
+    prog = annotate(dyn.ops, dyn.sketches[0], random.Random(0))
+    lib = tmp_path / "lib.mlir"
+    lib.write_text(library_text([TunedEntry(dyn.task_id, dyn.task_mlir, dyn.ops, prog)]))
+    cfg = MeasureConfig()
+    assert compile_model(tools, tmp_path / "m.mlir", tmp_path / "m.vmfb", cfg, lib) == \
+        {strategy_name(dyn.task_id)}
+    configs = [f.read_text() for f in sorted((tmp_path / "m_configs").glob("*.mlir"))]
+    assert len(configs) == 2
+    assert sum(f"@{strategy_name(dyn.task_id)}" in c for c in configs) == 1

@@ -138,8 +138,9 @@ def _match_dims(target: ir.Value, op: OpInfo) -> None:
                                 list(op.extents))})
         return
     for i, ext in enumerate(op.extents):
-        if i in op.dynamic_loops:
-            continue
+        # A dynamic loop must be dynamic in the payload too: a static dispatch of the same
+        # structure (a BERT layer's static scaling beside its dynamic one) took a dynamic
+        # task's strategy, whose peel failed there ("failed to peel the last iteration").
         st = ir.Operation.create("transform.match.structured", results=[p64],
                                  operands=[target], regions=1, attributes={
                                      "failure_propagation_mode": ir.IntegerAttr.get(
@@ -150,11 +151,12 @@ def _match_dims(target: ir.Value, op: OpInfo) -> None:
                                       operands=[block.arguments[0]], attributes={
                                           "raw_dim_list": ir.DenseI64ArrayAttr.get([i])}).result
             ir.Operation.create("transform.match.structured.yield", operands=[dim])
+        dynamic = i in op.dynamic_loops  # (a dynamic extent reads as a negative number)
         want = transform.ParamConstantOp(p64, ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), ext)).result
+            ir.IntegerType.get_signless(64), 0 if dynamic else ext)).result
         ir.Operation.create("transform.match.param.cmpi", operands=[st.results[0], want],
                             attributes={"predicate": ir.IntegerAttr.get(
-                                ir.IntegerType.get_signless(32), 0)})
+                                ir.IntegerType.get_signless(32), 2 if dynamic else 0)})
 
 
 def match_task_structure(target: ir.Value, task_mlir: str) -> None:
