@@ -275,6 +275,7 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
     the largest size, IREE's default below) and the timing of the form without it halved:
     that form takes the folder's place and the report names the rejected dispatcher."""
     import json
+    from dataclasses import replace
 
     from mlir_ansor import tune
     from mlir_ansor.tuner.stages import hand_back
@@ -293,7 +294,6 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
         return replace(e, tuned_s=e.tuned_s / 2,
                        by_size=tuple((n, t, d, s / 2) for n, t, d, s in e.by_size))
 
-    from dataclasses import replace
     monkeypatch.setattr(hand_back, "per_size_choice", forced)
     monkeypatch.setattr(hand_back, "model_e2e", faster_without)
     out = tmp_path / "o"
@@ -306,6 +306,10 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
     assert without > with_it
     # The handed-back form has no branches, and was checked at the dispatcher's ends too.
     assert "scf.if" not in (out / "model_tuned.mlir").read_text()
+    library = out / "tuned_library.mlir"
+    assert not library.exists() or "ansor_kernel" not in library.read_text()
+    assert not (out / "without_dispatcher").exists()  # the side build is cleaned up
+    assert (out / "e2e" / "tuned.vmfb").exists() and (out / "e2e" / "baseline").is_dir()
     cut = e2e["size_dispatcher_rejected"]["cuts"][0]
     assert {f"x_0={cut - 1}", f"x_0={cut}"} <= set(e2e["also_checked_at"])
     assert "one kernel per task is the tuned form" in (out / "report.txt").read_text()

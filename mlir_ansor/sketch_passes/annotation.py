@@ -401,7 +401,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                     lanes = [d for d in lanes if d >= fewest]
                 v = rng.choice(lanes)
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
-        outer = eligible_parallel(root, prog)
+        outer = eligible_parallel(root, prog, rows=())
         prog = prog.with_step(ParallelStep(root.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
         last = [prog.split(root.name, l).lengths for l in root.reduction_dims]
         last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
@@ -426,7 +426,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 break
         for l in anchor.parallel_dims:
             prog = prog.with_step(SplitStep(anchor.name, l, splits[l]))
-        outer = eligible_parallel(anchor, prog, whole)
+        outer = eligible_parallel(anchor, prog, rows=whole)
         prog = prog.with_step(ParallelStep(anchor.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
         prog = prog.with_step(VectorizeStep(anchor.name))
     return prog
@@ -587,7 +587,7 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
                                            for l in base.parallel_dims},
                            par.loops if par else None):
         errs.append("workgroup tile too large for a map_store output")
-    eligible = eligible_parallel(base, prog, whole)
+    eligible = eligible_parallel(base, prog, rows=whole)
     if par is None or len(par.loops) > MAX_WORKGROUP_DIMS or \
             any(l not in eligible for l in par.loops):
         errs.append("parallel loops must have an outer extent > 1 (at most 3)")
@@ -604,7 +604,7 @@ def repair(ops: Sequence[OpInfo], prog: Program) -> Program:
     base = op_by_name(ops, sk.root or sk.anchor)
     if sk.gpu:
         return repair_gpu(ops, prog)
-    eligible = eligible_parallel(base, prog, whole_row_loops(ops, sk))
+    eligible = eligible_parallel(base, prog, rows=whole_row_loops(ops, sk))
     steps = []
     for s in prog.steps:
         if isinstance(s, ParallelStep) and s.op == base.name:

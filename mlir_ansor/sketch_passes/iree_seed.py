@@ -118,7 +118,7 @@ def seed_program(ops: Sequence[OpInfo], sketch: Sketch, levels: Levels, *,
             tile = ext if l in whole else largest_divisor(
                 ext, min(at(dist, l) or ext, inner_limit(base, l, target=target)))
             prog = prog.with_step(SplitStep(base.name, l, (tile,)))
-    eligible = eligible_parallel(base, prog, whole_row_loops(ops, sketch))
+    eligible = eligible_parallel(base, prog, rows=whole_row_loops(ops, sketch))
     prog = prog.with_step(ParallelStep(base.name, tuple(eligible[:MAX_WORKGROUP_DIMS])))
     if sketch.root:
         prog = prog.with_step(UnrollStep(base.name, 1))

@@ -129,11 +129,14 @@ def parallel_tiles(op: OpInfo, prog: Program, loop: int,
     if loop in prog.peeled(op.name):
         c = lengths[-1]
         return ext, ext, -(-ext // c), c
+    if not prog.sketch.root and loop in op.dynamic_loops and len(lengths) == 2:
+        w, v = lengths  # a dynamic row without a root: W per workgroup, chunks of V
+        return (w if distributed else ext), w, -(-w // v), v
     a, b, c = ((1,) * (3 - len(lengths)) + tuple(lengths))[-3:]
     return (a * b * c if distributed else ext), b * c, b, c
 
 
-def eligible_parallel(op: OpInfo, prog: Program, rows: Collection[int] = ()) -> list[int]:
+def eligible_parallel(op: OpInfo, prog: Program, *, rows: Collection[int]) -> list[int]:
     """Parallel loops whose outermost (workgroup) level has more than one iteration (a
     peeled loop stays whole there, and so do `rows`, loops a producer reduces)."""
     out = []

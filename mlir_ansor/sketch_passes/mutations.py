@@ -174,7 +174,7 @@ def mutate_parallel(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *,
     """Change how many outer loops are distributed over workgroups (parallel granularity)."""
     base = _base(ops, prog)
     par = prog.find(ParallelStep, base.name)
-    eligible = eligible_parallel(base, prog, whole_row_loops(ops, prog.sketch))
+    eligible = eligible_parallel(base, prog, rows=whole_row_loops(ops, prog.sketch))
     choices = [k for k in range(1, min(len(eligible), MAX_WORKGROUP_DIMS) + 1)
                if par is None or k != len(par.loops)]
     if par is None or not choices:

@@ -68,10 +68,10 @@ class TilePlan:
         self.unroll = unroll.factor if unroll else 1
         # Without a root: loops a producer reduces stay whole in a workgroup; a dynamic
         # contiguous loop is (W, V): W elements per workgroup (or whole), chunks of V.
-        self.whole = whole_row_loops(ops, sk)
-        self.row_chunk = next((ls[1] for l, ls in self.lengths.items()
-                               if self.root is None and l in base.dynamic_loops
-                               and len(ls) == 2), 0)
+        self.whole = set() if sk.gpu else whole_row_loops(ops, sk)
+        self.row_loops = {l for l, ls in self.lengths.items() if self.root is None
+                          and not sk.gpu and l in base.dynamic_loops and len(ls) == 2}
+        self.row_chunk = next((self.lengths[l][1] for l in self.row_loops), 0)
 
     def _whole_at(self, loop: int, level: int) -> bool:
         """Whether a parallel loop of the base op is untiled at `level`: not distributed
@@ -91,8 +91,8 @@ class TilePlan:
         if loop in self.blocks:
             a, c = self.lengths[loop][0], self.lengths[loop][-1]
             return (a * self.blocks[loop], self.blocks[loop], c)[level]
-        if self.root is None:
-            return self.lengths[loop][0]  # (W,) or a dynamic loop's (W, V)
+        if loop in self.row_loops:
+            return self.lengths[loop][0]  # (W, V): W per workgroup, chunks of V inside
         return math.prod(self.lengths[loop][level:])
 
     def base_sizes(self, level: int) -> list[int]:
@@ -230,20 +230,28 @@ def _tile_dynamic_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, chunk: i
         h[op.name], _ = tb.tile_for(h[op.name], outer)
     inner = [0] * (n - 1) + [chunk]
     one = [0] * (n - 1) + [1]
-    hoist: list = []
-    if op.iterators[n - 1] == "reduction":
+    reduction = op.iterators[n - 1] == "reduction"
+    if reduction:
         init, h[op.name], merge, loop_h = tb.rfactor(h[op.name], inner)
         extra_vector += [init, merge]
     else:
         h[op.name], (loop_h,) = tb.tile_for(h[op.name], inner)
+    full, h[op.name] = _peel(tb, func, loop_h, op.op_name, one)
+    return [full] if reduction else []
+
+
+def _peel(tb: tbm.TB, func: ir.Value, loop_h: ir.Value, op_name: str,
+          rest_tile: Sequence[int] | None) -> tuple[ir.Value, ir.Value]:
+    """Peel `loop_h` into its full steps and the partial last one, whose `op_name` op is
+    tiled by `rest_tile` (None: kept whole); returns the full steps' loop and both copies
+    of the op (the peel consumed the loop and every handle into it)."""
     full, rest = tb.peel(loop_h)
-    rest_op, _ = tb.tile_for(tb.match_names(rest, [op.op_name]), one)
-    h[op.name] = transform.MergeHandlesOp([tb.match_names(full, [op.op_name]),
-                                           rest_op]).result
+    rest_op = tb.match_names(rest, [op_name])
+    if rest_tile is not None:
+        rest_op, _ = tb.tile_for(rest_op, rest_tile)
+    both = transform.MergeHandlesOp([tb.match_names(full, [op_name]), rest_op]).result
     tb.patterns(func, tbm.tiling_cleanup())
-    if op.iterators[n - 1] == "reduction":
-        hoist.append(full)
-    return hoist
+    return full, both
 
 
 def _tile_last(op: OpInfo, plan: "TilePlan", shape: Sequence[int]) -> int:
@@ -436,18 +444,13 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     # The register-tile loop of a micro-kernel extent: full tiles, then the
                     # partial last one in its own loop; both copies of the root go on.
                     (l,) = plan.peeled
-                    full, rest = tb.peel(s2_loops[[i for i, s in enumerate(s2) if s].index(l)])
-                    rest_root = tb.match_names(rest, [root.op_name])
-                    if l in root.dynamic_loops:
-                        # The partial tile of a dynamic extent has a dynamic size: cut it
-                        # to rows of one, a static kernel (masked vectorization is not an
-                        # option in IREE 3.13).
-                        rest_root, _ = tb.tile_for(rest_root, [1 if i == l else 0
-                                                               for i in range(len(s2))])
-                    h[root.name] = transform.MergeHandlesOp(
-                        [tb.match_names(full, [root.op_name]), rest_root]).result
-                    # The partial tile's sizes fold to constants (a static kernel each).
-                    tb.patterns(func, tbm.tiling_cleanup())
+                    # The partial tile of a dynamic extent has a dynamic size: cut to rows
+                    # of one, a static kernel (masked vectorization is not an option in
+                    # IREE 3.13). A static one's sizes fold to constants.
+                    _, h[root.name] = _peel(
+                        tb, func, s2_loops[[i for i, s in enumerate(s2) if s].index(l)],
+                        root.op_name, [1 if i == l else 0 for i in range(len(s2))]
+                        if l in root.dynamic_loops else None)
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
             # A structure step (rfactor) may turn one loop's inner tile into partial sums.
             psum = next((p for p in (s.partial_sum_loop(root, vec) for s in sk.structure)

@@ -239,11 +239,11 @@ def _one_op_pattern(op: ir.Operation) -> str:
     with ir.InsertionPoint(block):
         func_d.ReturnOp(list(copy.results))
     text = str(one)
-    del copy, block, f, captured
+    del copy, block, f, captured, region, b, inner
     return text
 
 
-def _nested_in(op, ancestor: ir.Operation) -> bool:
+def _nested_in(op: ir.Operation | ir.OpView, ancestor: ir.Operation) -> bool:
     """Whether `op` (an operation, or a block's parent) lies inside `ancestor`."""
     op = getattr(op, "operation", op)
     while op is not None:

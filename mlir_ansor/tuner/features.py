@@ -181,7 +181,10 @@ def _anchor_wg_tile(ops: Sequence[OpInfo], program: Program) -> dict[int, int]:
         p = base.output_dim_of_loop(l)
         step = program.split(base.name, l)
         if p is not None:
-            tile[p] = math.prod(step.lengths) if (step and l in distributed) else base.extents[l]
+            # (A dynamic row without a root is (W, V): W per workgroup.)
+            wg = step.lengths[0] if step and not sk.root and l in base.dynamic_loops \
+                else math.prod(step.lengths) if step else 0
+            tile[p] = wg if (step and l in distributed) else base.extents[l]
     return tile
 
 

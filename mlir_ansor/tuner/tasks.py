@@ -191,8 +191,8 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
     elif task.dynamic and target != "llvm-cpu":
         why = f"dynamic shapes on {target}: left to IREE's default codegen"
     elif task.dynamic and not sketches:
-        what = ("a dynamic reduction loop" if any(l in o.reduction_dims for o in ops
-                                                  for l in o.dynamic_loops) else "its dynamic loops")
+        reduces = any(l in o.reduction_dims for o in ops for l in o.dynamic_loops)
+        what = "a dynamic reduction loop" if reduces else "its dynamic loops"
         why = f"no micro-kernel sketch serves {what}: left to IREE's default codegen"
     elif not ops[-1].parallel_dims:
         # No parallel loop to give workgroups. On llvm-cpu a lone reduction (after its

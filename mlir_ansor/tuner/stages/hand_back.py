@@ -17,8 +17,8 @@ from mlir_ansor.dynamic import size_sets, with_sizes
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
-from mlir_ansor.tuner.e2e import (check_outputs, check_tuned, end_to_end, model_reference,
-                                  save_inputs)
+from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
+                                  model_reference, save_inputs)
 from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
@@ -233,7 +233,8 @@ def write_library(path: Path, entries: Sequence[TunedEntry]) -> Path | None:
     return path
 
 
-def model_e2e(state: RunState, ex: _Export, m: ModelIn, sizes_of: SizePlan | None = None):
+def model_e2e(state: RunState, ex: _Export, m: ModelIn,
+              sizes_of: SizePlan | None = None) -> EndToEnd:
     """End-to-end check and timing of one model; drops the strategies that break it.
     `sizes_of`: the dispatcher whose branch ends are checked too (default: the model's)."""
     cfg, tools = state.cfg, state.tools
@@ -332,14 +333,22 @@ def _without_dispatcher(state: RunState, plans: dict[str, SizePlan], single: dic
 
 
 def _move_forms(src: Path, dst: Path) -> None:
-    """The tuned form, library, layout and end-to-end files of `src` in place of `dst`'s."""
+    """The tuned form, library, layout and end-to-end results of `src` in place of `dst`'s
+    (IREE's baseline build and its reference outputs stay)."""
     for name in ("model_tuned.mlir", LIBRARY, "layout.json"):
         if (src / name).exists():
             shutil.copyfile(src / name, dst / name)
         else:
             (dst / name).unlink(missing_ok=True)
-    shutil.rmtree(dst / "e2e", ignore_errors=True)
-    shutil.copytree(src / "e2e", dst / "e2e")
+    for item in (src / "e2e").iterdir():
+        if item.name == "baseline":
+            continue
+        target = dst / "e2e" / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+        (shutil.copytree if item.is_dir() else shutil.copyfile)(item, target)
 
 
 def torch_per_task(state: RunState) -> dict[str, tuple[str, float]]:
@@ -378,17 +387,26 @@ def hand_back(state: RunState) -> RunState:
     e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
     compared: dict[str, tuple[float, float]] = {}
     rejected: dict[str, SizePlan] = {}
-    if plans and all(m.name in plans for m in state.models):
+    if plans and all(m.name in plans and e2es[m.name].measured for m in state.models):
         # (Strategies are shared between models: with or without dispatchers, all alike.)
-        alt, alt_e2es, folders = _without_dispatcher(state, plans, single, winners)
-        compared = {n: (e2es[n].speedup, alt_e2es[n].speedup) for n in e2es}
-        for n, (a, b) in compared.items():
-            state.report(Note(f"{n}: with the size dispatcher {a:.2f}x IREE's default over "
-                              f"the sizes, with one kernel per task {b:.2f}x"))
-        if all(b > a for a, b in compared.values()):
-            rejected, plans, timed, ex, e2es = plans, {}, single, alt, alt_e2es
-            for m in state.models:  # the forms without a dispatcher take the folder's place
-                _move_forms(folders[m.name], m.dir)
+        try:
+            alt, alt_e2es, folders = _without_dispatcher(state, plans, single, winners)
+        except (CompileError, DefaultModuleError) as e:  # the dispatcher form stands
+            state.report(Note(f"the forms without a size dispatcher failed ({e}): the "
+                              "dispatcher is kept"))
+            alt = None
+        if alt is not None:
+            compared = {n: (e2es[n].speedup, alt_e2es[n].speedup) for n in e2es}
+            for n, (a, b) in compared.items():
+                state.report(Note(f"{n}: with the size dispatcher {a:.2f}x IREE's default "
+                                  f"over the sizes, with one kernel per task {b:.2f}x"))
+            # The dispatcher stays only where it clearly wins (the export margin).
+            if not any(a > b * opts.min_speedup for a, b in compared.values()):
+                rejected, plans, timed, ex, e2es = plans, {}, single, alt, alt_e2es
+                for m in state.models:  # the forms without it take the folder's place
+                    _move_forms(folders[m.name], m.dir)
+            for d in folders.values():
+                shutil.rmtree(d, ignore_errors=True)
     wins = {}
     flags = target_flags(opts.target)
     for m in state.models:
