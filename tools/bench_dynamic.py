@@ -7,8 +7,8 @@ sizes of the range, timed side by side (interleaved rounds, lower quartile).
   python tools/bench_dynamic.py mlp --tuned bench_out/dynamic/mlp/run   # reuse a run
 
 Workloads: `mlp` (Linear 768->3072, GELU, Linear 3072->768; batch 1..1024), `bert` (a
-BERT-base encoder layer, batch 1, sequence 1..512; its contractions over the sequence are
-IREE's data-tiled kernels, its softmax over the sequence a dynamic-row micro-kernel of ours).
+BERT-base encoder layer, batch 1, sequence 1..512; its contractions go to IREE's data tiling where
+measured faster (so far every run), its softmax over the sequence to a dynamic-row kernel of ours).
 Every module's outputs are checked against torch at every size before it is
 timed; a mismatch prints FAILED and stops. Prints the per-size table (size, torch, IREE
 default, IREE's data tiling, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
