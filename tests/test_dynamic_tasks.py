@@ -224,7 +224,8 @@ def test_a_softmax_over_a_dynamic_row_is_tuned_in_chunks(tools, tmp_path):
     in a workgroup and every op's innermost loop runs in chunks of full vectors, the
     partial last chunk peeled; candidates match the reference at sizes that divide no
     chunk."""
-    from mlir_ansor.sketch_passes.annotation import dynamic_row_splits
+    from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS,
+                                                     dynamic_row_splits)
     from mlir_ansor.sketch_passes.mutations import mutate_tile_size
 
     torch.manual_seed(0)
@@ -242,15 +243,17 @@ def test_a_softmax_over_a_dynamic_row_is_tuned_in_chunks(tools, tmp_path):
     assert sketch.root == "" and anchor.dynamic_loops == (1, 2)
     rng = random.Random(4)
     progs = [annotate(ops, sketch, rng) for _ in range(12)]
-    chunks = set()
+    chunks, rows = set(), set()
     for p in progs:
         assert violations(ops, p) == []
-        assert p.split(anchor.name, 1).lengths == (1,)  # rows of one
+        (k,) = p.split(anchor.name, 1).lengths  # k rows per workgroup
+        assert k in DYNAMIC_WORKGROUP_KERNELS and 1 in p.find(ParallelStep, anchor.name).loops
         whole, v = p.split(anchor.name, 2).lengths
         assert whole == anchor.extents[2] and v % 8 == 0  # the row whole, full vectors
         assert 2 not in p.find(ParallelStep, anchor.name).loops
         chunks.add(v)
-    assert len(chunks) > 1
+        rows.add(k)
+    assert len(chunks) > 1 and len(rows) > 1
     # A chunk that is no whole number of vectors, or a row cut over workgroups, is no
     # program of it.
     for bad in ((anchor.extents[2], 12), (16, 16)):
@@ -280,3 +283,38 @@ def test_a_dynamic_reduction_without_a_chunked_row_is_left_to_iree(tools, tmp_pa
         assert not task.tunable
         assert task.skip_reason.startswith(
             "no micro-kernel sketch serves a dynamic reduction loop"), task.skip_reason
+
+
+class RowNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def test_a_layer_norm_over_dynamic_rows_takes_k_rows_per_workgroup(tools, tmp_path):
+    """Its statistics' row loop is dynamic inside a workgroup of k > 1 rows (a fixed size
+    bounds it): cut to single elements, not vectorized whole (a dynamic vector)."""
+    torch.manual_seed(0)
+    s = torch.export.Dim("s", min=1, max=128)
+    (tmp_path / "m.mlir").write_text(import_model(RowNorm().eval(), (torch.randn(8, 64),),
+                                                  {"x": {0: s}}))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable and any(not sk.root for sk in t.sketches)]
+    task = tasks[-1]  # the normalisation (after its statistics' reductions)
+    samples = tuple(SizeSample((((0, 0), n),)) for n in (1, 37))
+    t = task.__class__(**{**task.__dict__, "samples": samples})
+    m = TaskMeasurer(t, tmp_path / "tasks", tools, MeasureConfig(repetitions=1, min_time_s=0.01))
+    m.prepare()
+    plain = [sk for sk in m.task.sketches if not sk.root]
+    assert plain, m.task.sketches
+    rng = random.Random(6)
+    progs = []
+    while len(progs) < 2:
+        p = annotate(m.task.ops, plain[0], rng)
+        if p.split(plain[0].anchor, 0).lengths[0] > 1:
+            progs.append(p)
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 2, [r.error[:300] for r in recs]

@@ -232,8 +232,9 @@ def dynamic_peelable(ops: Sequence[OpInfo], sketch: Sketch, *,
     return chunked or not any(l in o.reduction_dims for o in ops for l in o.dynamic_loops)
 
 
-# A dynamic loop without a root: rows of one per workgroup, except the anchor's contiguous
-# dim, cut into chunks of V = f32 lanes x m elements (full vectors; the partial last chunk
+# A dynamic loop without a root: k rows per workgroup (each op then runs them one by one;
+# 16 rows ran a 12 x 512 x 512 softmax in 1.66 ms against 2.5-2.7 with one), except the
+# anchor's contiguous dim, cut into chunks of V = f32 lanes x m elements (full vectors; the partial last chunk
 # peeled to single elements) with W = V x w elements per workgroup, or kept whole in the
 # workgroup when producers reduce it (softmax, layer norm: (extent, V)).
 DYNAMIC_CHUNK_VECTORS = (1, 2, 4)
@@ -244,7 +245,7 @@ def dynamic_row_splits(op: OpInfo, loop: int, whole: set[int], *,
                        target: Target | None = None) -> list[tuple[int, ...]]:
     """The splits a sketch without a root may give dynamic loop `loop` of its anchor."""
     if op.output_dim_of_loop(loop) != len(op.output.shape) - 1:
-        return [(1,)]
+        return [(k,) for k in DYNAMIC_WORKGROUP_KERNELS]
     chunks = [annotation_limits(target).f32_lanes * m for m in DYNAMIC_CHUNK_VECTORS]
     if loop in whole:
         return [(op.extents[loop], v) for v in chunks]
@@ -514,7 +515,7 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         s = prog.split(base.name, l)
         if not sk.root and l in base.dynamic_loops:
             if s is None or s.lengths not in dynamic_row_splits(base, l, whole, target=target):
-                errs.append(f"loop {l}: a dynamic loop without a root is cut to rows of one, "
+                errs.append(f"loop {l}: a dynamic loop without a root is cut to k rows, "
                             "or the contiguous one to chunks of full vectors")
             continue
         if s is None or len(s.lengths) != levels:

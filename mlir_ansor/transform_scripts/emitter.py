@@ -231,6 +231,9 @@ def _tile_dynamic_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, chunk: i
     inner = [0] * (n - 1) + [chunk]
     one = [0] * (n - 1) + [1]
     reduction = op.iterators[n - 1] == "reduction"
+    if chunk == 1:  # nothing to peel
+        h[op.name], _ = tb.tile_for(h[op.name], one)
+        return []
     if reduction:
         init, h[op.name], merge, loop_h = tb.rfactor(h[op.name], inner)
         extra_vector += [init, merge]
@@ -396,8 +399,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             for o in ops:
                 if not o.is_linalg:
                     continue
-                if plan.row_chunk and _dynamic_row(o, _tile_last(o, plan, shape)):
-                    extra_loops += _tile_dynamic_rows(tb, func, h, o, plan.row_chunk,
+                if _dynamic_row(o, _tile_last(o, plan, shape)):
+                    # (Without a chunked row, a dynamic row loop of k > 1 rows, e.g. a
+                    # layer norm's statistics: single elements.)
+                    extra_loops += _tile_dynamic_rows(tb, func, h, o, plan.row_chunk or 1,
                                                       extra_vector)
                 else:
                     extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape),
