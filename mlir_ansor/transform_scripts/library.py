@@ -212,14 +212,26 @@ def _one_op_pattern(op: ir.Operation) -> str:
     copy = op.clone(ir.InsertionPoint(block))
     for k, a in enumerate(block.arguments):
         copy.operands[k] = a
-    # Values the op's body captures from above (a constant divisor) are defined in the
-    # original module: a constant is copied in, anything else becomes an argument too.
+    _own_captures(copy, block)
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [r.type for r in op.results]))
+    with ir.InsertionPoint(block):
+        func_d.ReturnOp(list(copy.results))
+    text = str(one)
+    del copy, block, f
+    return text
+
+
+def _own_captures(copy: ir.Operation, block: ir.Block) -> None:
+    """Values `copy`'s body reads from above (a constant divisor) are defined in the
+    original module: a constant is copied into `block`, anything else becomes an argument
+    of it too (the wrappers made here die with this frame, see `_one_op_pattern`)."""
     captured: dict[ir.Value, ir.Value] = {}
 
     def own(o: ir.Operation) -> ir.WalkResult:
         for k, v in enumerate(o.operands):
             owner = v.owner if isinstance(v, ir.OpResult) else v.owner.owner
-            if not _nested_in(owner, copy):
+            if not _inside(owner, copy):
                 if v not in captured:
                     src = getattr(owner, "operation", owner)
                     if isinstance(v, ir.OpResult) and src.name == "arith.constant":
@@ -234,23 +246,6 @@ def _one_op_pattern(op: ir.Operation) -> str:
         for b in region.blocks:
             for inner in b.operations:
                 inner.operation.walk(own)
-    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [r.type for r in op.results]))
-    with ir.InsertionPoint(block):
-        func_d.ReturnOp(list(copy.results))
-    text = str(one)
-    del copy, block, f, captured, region, b, inner
-    return text
-
-
-def _nested_in(op: ir.Operation | ir.OpView, ancestor: ir.Operation) -> bool:
-    """Whether `op` (an operation, or a block's parent) lies inside `ancestor`."""
-    op = getattr(op, "operation", op)
-    while op is not None:
-        if op == ancestor:
-            return True
-        op = op.parent
-    return False
 
 
 def _patterns(entry: TunedEntry) -> list[tuple[str, str]]:
