@@ -123,6 +123,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "its contractions; those dispatches are left to IREE): auto where "
                         "IREE's default build is clearly faster with it (default), on, off "
                         "(llvm-cpu)")
+    p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
+                   help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
+                        "branches whose contractions are padded to the branch's top: auto "
+                        "where IREE's default build is clearly faster with them (default), "
+                        "off (llvm-cpu)")
     p.add_argument("--kernel-seeds", action="store_true",
                    help="start each task's search with the outer-product micro-kernel that "
                         "fits the target's vector registers")
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
+            small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,

@@ -20,7 +20,8 @@ DATA = Path(__file__).parent / "data"
 # choice of IREE's data tiling (its own tests turn it on).
 QUICK = dict(repeat=2, min_repeat_ms=10.0, retime_rounds=2, e2e_rounds=2, data_tiling="off")
 QUICK_CLI = ["--repeat", "2", "--min-repeat-ms", "10", "--retime-rounds", "2",
-             "--e2e-rounds", "2", "--data-tiling", "off"]
+             "--e2e-rounds", "2", "--data-tiling", "off",
+             "--small-sizes", "off"]
 
 
 def tune_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from iree.compiler import ir
 
-from mlir_ansor.dialect_helpers.linalg_info import generic_forms, linalg_ops
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, is_contraction, linalg_ops
 from mlir_ansor.errors import AnsorError
 
 HINT_ATTR = "iree.opt.data_tiling"
@@ -35,16 +35,6 @@ class HintSite:
     signature: str  # op name and operand types: sites of one signature are decided together
 
 
-def _is_contraction(generic: ir.Operation) -> bool:
-    if generic.name != "linalg.generic":
-        return False
-    iterators = [str(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"])]
-    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(generic.attributes["indexing_maps"])]
-    inputs = ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])[0]
-    return (any("reduction" in it for it in iterators) and inputs == 2 and len(maps) == 3
-            and all(m.is_projected_permutation for m in maps))
-
-
 def hint_sites(model_mlir: str) -> list[HintSite]:
     """The contractions IREE's data tiling may take, in program order."""
     with ir.Context():
@@ -54,7 +44,7 @@ def hint_sites(model_mlir: str) -> list[HintSite]:
                                       "forms")
         return [HintSite(i, f"{op.name}({', '.join(str(v.type) for v in op.operands)})")
                 for i, (op, gen) in enumerate(zip(forms.ops, forms.generics))
-                if _is_contraction(gen)]
+                if is_contraction(gen)]
 
 
 def with_hints(model_mlir: str, sites: Sequence[int]) -> str:

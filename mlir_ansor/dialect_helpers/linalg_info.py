@@ -187,6 +187,18 @@ class GenericForms:
     generics: tuple[ir.Operation, ...]
 
 
+def is_contraction(generic: ir.Operation) -> bool:
+    """A generic op with a reduction loop, two inputs, one output and projected-permutation
+    maps (what IREE's data tiling takes)."""
+    if generic.name != "linalg.generic":
+        return False
+    iterators = [str(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"])]
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(generic.attributes["indexing_maps"])]
+    inputs = ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])[0]
+    return (any("reduction" in it for it in iterators) and inputs == 2 and len(maps) == 3
+            and all(m.is_projected_permutation for m in maps))
+
+
 def generic_forms(model_mlir: str) -> GenericForms | None:
     """Parse `model_mlir` twice, once with its named linalg ops generalized; None when the
     two lists of linalg ops do not pair up."""

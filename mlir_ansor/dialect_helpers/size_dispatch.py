@@ -168,7 +168,8 @@ def _inside_any(value: ir.Value, ops: Sequence[ir.Operation]) -> bool:
 
 
 def _users_outside(value: ir.Value, body: ir.Operation) -> list[ir.Operation]:
-    return [use.owner for use in value.uses if not _nested_in(use.owner, [body])]
+    return [use.owner.operation for use in value.uses
+            if not _nested_in(use.owner.operation, [body])]
 
 
 def _mapped(v: ir.Value, outside: list[ir.Value], inner: ir.Block) -> ir.Value:

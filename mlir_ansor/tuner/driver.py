@@ -74,6 +74,10 @@ class TuneOptions:
     # its default build is clearly faster with it (timed side by side, at the size samples
     # of a dynamic model), "on" wherever it changes the model, "off" never (tuner/layouts.py).
     data_tiling: str = "auto"
+    # Static branches for a dynamic model's smallest sizes (contractions padded to 1, 2, 4,
+    # ... 64 rows): "auto" where IREE's default build is clearly faster with them at those
+    # sizes (timed side by side), "off" never (tuner/layouts.py).
+    small_sizes: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -132,6 +136,8 @@ class TuneOptions:
             raise UsageError(f"--batch must be >= 1 (got {self.batch})")
         if self.top_k < 1:
             raise UsageError(f"top_k must be >= 1 (got {self.top_k})")
+        if self.small_sizes not in ("auto", "off"):
+            raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
         if self.data_tiling not in DATA_TILING:
             raise UsageError(f"unknown --data-tiling {self.data_tiling!r} "
                              f"(choose from {', '.join(DATA_TILING)})")

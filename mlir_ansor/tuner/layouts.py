@@ -18,6 +18,12 @@ is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded ten
 left to IREE; the others are tuned as usual, and every later build of the model (the
 end-to-end check, `build.sh`) passes the flag.
 
+Small sizes of a dynamic model (dialect_helpers/small_sizes.py): the smallest sizes of
+one dynamic dimension get static branches whose contractions are padded to the branch's
+top (1, 2, 4, 8, ... rows), so IREE and the tuner build kernels for those exact shapes.
+Both builds of IREE's default are timed side by side at each branch's ends, and the
+branches are kept from the smallest up while each is clearly faster (`keep_small_branches`).
+
 Constant weights: which dispatches a packed weight (dialect_helpers/layout_rewrite.py)
 brings, and which it replaces.
 
@@ -44,6 +50,7 @@ from mlir_ansor.dialect_helpers.activation_layout import to_channels_last
 from mlir_ansor.dialect_helpers.data_tiling_hints import with_hints
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
+from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.e2e import compile_model, interleaved, module_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
@@ -59,12 +66,14 @@ class ModelLayout:
     """The layout of the model handed back: activations channels-last or as imported, the
     constant weights packed at `sites` (found on the model after the first rewrite), and
     whether IREE builds it with its data tiling (`flags`), on the contractions at
-    `tiled_sites` (data_tiling_hints; positions in the model after the activation layout)."""
+    `tiled_sites` (data_tiling_hints; positions in the model after the activation layout),
+    and the static branches of its smallest dynamic sizes (`small_sizes`, built last)."""
 
     channels_last: bool = False
     sites: tuple[PackSite, ...] = ()
     data_tiling: bool = False
     tiled_sites: tuple[int, ...] = ()
+    small_sizes: SmallSizes | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -75,11 +84,13 @@ class ModelLayout:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
         if self.data_tiling:  # (no packed weights then: IREE packs the contractions')
             base = with_hints(base, self.tiled_sites)
-        return rewrite(base, self.sites)
+        base = rewrite(base, self.sites)
+        return with_small_sizes(base, self.small_sizes) if self.small_sizes else base
 
     @property
     def changed(self) -> bool:
-        return self.channels_last or bool(self.sites) or self.data_tiling
+        return (self.channels_last or bool(self.sites) or self.data_tiling
+                or self.small_sizes is not None)
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,43 @@ DATA_TILING_MARGIN = 1.05
 # microseconds, within the noise of a module call (tools/call_floor.py: about 30 us here),
 # and such a choice flipped between two runs (0.054 against 0.051 ms, then 0.052 / 0.054).
 DATA_TILING_MIN_SAVING_S = 50e-6
+
+
+@dataclass(frozen=True)
+class SmallSizesChoice:
+    small: SmallSizes | None  # the branches kept (None: none)
+    # per branch measured: (lowest size, top, IREE's default without, with the branches; s)
+    timed: tuple[tuple[int, int, float, float], ...] = ()
+    why: str = ""  # why no branch was kept, or none measured
+
+
+# A static branch is kept where IREE's default build with it is this much faster at its
+# sizes (geometric mean of its lowest size and its top).
+SMALL_SIZES_MARGIN = 1.05
+# The branch tops tried: powers of two, the smallest sizes first (data tiling's narrow
+# tiles and our static tasks take them exactly).
+SMALL_SIZE_TOPS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def small_size_tops(lo: int, hi: int) -> tuple[int, ...]:
+    """The branch tops tried for a dynamic range lo..hi: above them the dynamic model
+    still serves some size."""
+    return tuple(t for t in SMALL_SIZE_TOPS if lo <= t < hi)
+
+
+def keep_small_branches(timed: Sequence[tuple[int, int, float, float]],
+                        margin: float = SMALL_SIZES_MARGIN) -> int:
+    """How many branches to keep, from the smallest up: while each is over `margin` times
+    faster with the branches (geometric mean over its measured sizes)."""
+    kept = 0
+    tops = sorted({top for _, top, _, _ in timed})
+    for top in tops:
+        rows = [(a, b) for _, t, a, b in timed if t == top]
+        ratio = float(np.exp(np.mean([np.log(a / b) for a, b in rows])))
+        if ratio <= margin:
+            break
+        kept += 1
+    return kept
 
 
 def data_tiled_contractions(flow: str) -> bool:
@@ -286,7 +334,10 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
     path.write_text(json.dumps({"channels_last": layout.channels_last,
                                 "sites": [asdict(s) for s in layout.sites],
                                 "data_tiling": layout.data_tiling,
-                                "data_tiled_sites": list(layout.tiled_sites)}, indent=1))
+                                "data_tiled_sites": list(layout.tiled_sites),
+                                "small_sizes": (asdict(layout.small_sizes)
+                                                if layout.small_sizes else None)},
+                               indent=1))
 
 
 def load_layout(path: Path) -> ModelLayout:
@@ -300,8 +351,13 @@ def load_layout(path: Path) -> ModelLayout:
             data = {"channels_last": False, "sites": data}
         sites = tuple(PackSite(**{**d, "outer_perm": tuple(d["outer_perm"])})
                       for d in data["sites"])
+        small = data.get("small_sizes")
+        if small is not None:
+            small = SmallSizes(int(small["arg"]), int(small["dim"]),
+                               tuple(int(t) for t in small["tops"]),
+                               tuple((int(a), int(d)) for a, d in small["same"]))
         return ModelLayout(bool(data["channels_last"]), sites,
                            bool(data.get("data_tiling", False)),
-                           tuple(int(i) for i in data.get("data_tiled_sites", ())))
+                           tuple(int(i) for i in data.get("data_tiled_sites", ())), small)
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

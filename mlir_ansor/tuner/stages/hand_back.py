@@ -90,6 +90,9 @@ def plan_model(state: RunState, m: ModelIn, at: dict[str, SizeTimes]
     why there is none."""
     if m.dynamic is None:
         return None, ""
+    if state.forms[m.name].small is not None:
+        return None, ("no size dispatcher: the model already has static branches for its "
+                      "smallest sizes (one kernel per task above them)")
     specs = [(d.symbol, (pos, d.dim)) for d, pos in zip(m.dynamic.dims, m.dynamic.positions)]
     axis = plan_axis(m.samples, m.dynamic.symbols, specs)
     if axis is None:
@@ -183,7 +186,7 @@ class _Export:
 
     def layout(self, name: str) -> ModelLayout:
         f = self.state.forms[name]
-        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites)
+        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state

@@ -1,8 +1,9 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
 side); IREE's data tiling where its default build is clearly faster with it (at the size
-samples of a dynamic model); and, without
-data tiling, the packable constant weights with the dispatches each packing brings
+samples of a dynamic model); static branches for the smallest sizes of a dynamic model
+where IREE's default build is clearly faster with them; and, without
+data tiling or such branches, the packable constant weights with the dispatches each packing brings
 (`layouts`).
 Tasks are formed from these forms, so this stage comes before task forming."""
 from __future__ import annotations
@@ -15,13 +16,16 @@ from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
                                                           with_hints)
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
+from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError
+from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
                                   torch_reference)
-from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, DataTilingChoice, alternatives,
-                                      choose_activation_layout, choose_data_tiling,
-                                      data_tiled_contractions)
+from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, DataTilingChoice, SmallSizesChoice,
+                                      alternatives, choose_activation_layout,
+                                      choose_data_tiling, data_tiled_contractions,
+                                      keep_small_branches, side_by_side, small_size_tops)
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source
 
@@ -59,16 +63,29 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
         except DataTilingHintError as e:
             notes.append(f"Data tiling skipped for {m.name}: {e}")
+    flags: tuple[str, ...] = ()
     if tiling and tiling.on:  # tasks come from the hinted model the choice built
         hinted = m.dir / "model_data_tiled.mlir"
         shutil.copyfile(tiled_flow[0], hinted)
-        base, flow = hinted, tiled_flow[1]
+        base, flow, base_vmfb = hinted, tiled_flow[1], tiled_flow[2]
+        flags = DATA_TILING_FLAGS
     else:
         flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
+    small = None
+    if opts.small_sizes != "off" and relayout and m.dynamic is not None:
+        small = small_sizes(state, m, base, base_vmfb, flags)
+        if small.small is not None:
+            branched = m.dir / "model_small_sizes.mlir"
+            branched.write_text(with_small_sizes(base.read_text(), small.small))
+            base = branched
+            flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, flags)
     alts, packed = [], []
     if tiling and tiling.on:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: IREE's data "
                      "tiling packs its contractions' weights")
+    elif small is not None and small.small is not None:
+        notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: its small "
+                     "sizes branch (the weights are passed into the branches)")
     elif relayout:
         try:
             # Not the convs of a channels-last model: packing them doubled ResNet-50's
@@ -81,14 +98,14 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     return ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
-                      tuple(alts), tuple(packed), flow, tiling), notes
+                      tuple(alts), tuple(packed), flow, tiling, small), notes
 
 
 def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
-                ) -> tuple[DataTilingChoice | None, tuple[Path, str] | None]:
+                ) -> tuple[DataTilingChoice | None, tuple[Path, str, Path] | None]:
     """Whether `base` is tuned with IREE's data tiling (on which contractions), and where it
-    is, `base` with those hints and its flow-level module. None where data tiling changes no
-    dispatch of the model.
+    is, `base` with those hints, its flow-level module and IREE's default build of it. None
+    where data tiling changes no dispatch of the model.
 
     Every contraction is hinted first; where IREE cannot build that (or its result does not
     match torch), each group of contractions of one signature is tried alone and the groups
@@ -151,11 +168,63 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
     src, vmfb, flow = got
     if opts.data_tiling == "on":
         return DataTilingChoice(True, None, None, "--data-tiling on", chosen,
-                                tuple(left)), (src, flow)
+                                tuple(left)), (src, flow, vmfb)
     choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p, _ in samples],
                                 tools, state.cfg)
     choice = replace(choice, sites=chosen, left=tuple(left))
-    return choice, ((src, flow) if choice.on else None)
+    return choice, ((src, flow, vmfb) if choice.on else None)
+
+
+def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
+                flags: tuple[str, ...]) -> SmallSizesChoice:
+    """Which of the smallest sizes of the model's first dynamic symbol get static branches
+    (dialect_helpers/small_sizes.py). IREE's default build of `base` with a branch per
+    candidate top (`flags`: the form's build flags) must match torch at each branch's lowest
+    size and top; it is timed there side by side with `base_vmfb` (IREE's default build of
+    `base`), and the branches are kept from the smallest up while each is clearly faster."""
+    opts, tools = state.opts, state.tools
+    dyn = m.dynamic
+    symbol = dyn.symbols[0]
+    lo, hi = dyn.range_of(symbol)
+    tops = small_size_tops(lo, hi)
+    if not tops:
+        return SmallSizesChoice(None, why=f"the range {lo}..{hi} of {symbol} has no small "
+                                          "sizes to branch on")
+    same = tuple((pos, d.dim) for d, pos in zip(dyn.dims, dyn.positions) if d.symbol == symbol)
+    arg, dim = same[0]
+    work = m.dir / "e2e" / "small_sizes"
+    work.mkdir(parents=True, exist_ok=True)
+    tried = SmallSizes(arg, dim, tops, same)
+    src = work / "branched.mlir"
+    vmfb = work / "branched.vmfb"
+    try:
+        src.write_text(with_small_sizes(base.read_text(), tried))
+        compile_model(tools, src, vmfb, state.cfg, None, flags)
+    except (DispatcherError, CompileError) as e:
+        return SmallSizesChoice(None, why=str(e)[:300])
+    example = {d.symbol: int(m.inputs[pos].shape[d.dim]) for d, pos in zip(dyn.dims,
+                                                                           dyn.positions)}
+    timed = []
+    low = lo
+    for i, top in enumerate(tops):
+        for n in sorted({low, top}):
+            xs = dyn.inputs_at(m.inputs, {**example, symbol: n}, seed=i)
+            where = work / f"size{n}"
+            paths = save_inputs(xs, where)
+            refs, mags = torch_reference(m.model, xs)
+            try:
+                check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
+                without, with_ = side_by_side([base_vmfb, vmfb], paths, tools, state.cfg,
+                                              rounds=3)
+            except CompileError as e:
+                return SmallSizesChoice(None, tuple(timed), f"at {symbol}={n}: {e}"[:300])
+            timed.append((n, top, without, with_))
+        low = top + 1
+    kept = keep_small_branches(timed)
+    if not kept:
+        return SmallSizesChoice(None, tuple(timed), "not clearly faster with IREE's defaults "
+                                                    "at the smallest sizes")
+    return SmallSizesChoice(SmallSizes(arg, dim, tops[:kept], same), tuple(timed))
 
 
 def sample_inputs(m: ModelIn) -> list[tuple[tuple, float]]:

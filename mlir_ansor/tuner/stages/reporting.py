@@ -150,6 +150,17 @@ def layout_parts(state: RunState) -> list[str]:
                         "kernels, every build passes --iree-dispatch-creation-data-tiling)"
                         if d.on else f"off: {d.why})")
                      + "".join(f"\n  not data-tiled: {x}" for x in d.left))
+    for name, f in state.forms.items():
+        c = f.small_sizes
+        if c is None:
+            continue
+        rows = "".join(f"\n  size {n} (branch up to {top}): without {fmt_ms(a)} ms, with "
+                       f"{fmt_ms(b)} ms ({a / b:.2f}x)" for n, top, a, b in c.timed)
+        parts.append(f"Static branches for the small sizes of {name} (IREE's default builds "
+                     "side by side): " + (
+                         f"sizes up to {', '.join(map(str, c.small.tops))} each run a "
+                         "static copy of the model's padded contractions; above them the "
+                         "dynamic model" if c.small else f"none ({c.why})") + rows)
     return parts
 
 
@@ -325,6 +336,8 @@ def write_report(state: RunState) -> RunState:
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
                          "data_tiling": state.forms[m.name].tiled,
+                         "small_size_branches": list(state.forms[m.name].small.tops)
+                         if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",
                          "size_dispatcher": _plan_json(hb.plans.get(m.name)),
                          "size_dispatcher_rejected": _plan_json(hb.rejected_plans.get(m.name)),

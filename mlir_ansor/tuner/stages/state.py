@@ -9,8 +9,9 @@ from typing import Any, Callable, Container, Mapping
 from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
+from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
-                                      ModelLayout)
+                                      ModelLayout, SmallSizesChoice)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -53,6 +54,7 @@ class ModelForms:
     packed_tasks: tuple[Task, ...]  # dispatches only a packed form has
     flow: str  # `base` after dispatch formation (with `flags`)
     data_tiling: DataTilingChoice | None = None  # None: not considered (see the notes)
+    small_sizes: SmallSizesChoice | None = None  # None: not considered (a static model...)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -62,6 +64,11 @@ class ModelForms:
     @property
     def tiled(self) -> bool:
         return bool(self.data_tiling and self.data_tiling.on)
+
+    @property
+    def small(self) -> SmallSizes | None:
+        """The static branches of the smallest dynamic sizes, if taken."""
+        return self.small_sizes.small if self.small_sizes else None
 
     @property
     def tiled_sites(self) -> tuple[int, ...]:
@@ -111,7 +118,7 @@ class HandBack:
 
     def layout(self, model: str, forms: ModelForms) -> ModelLayout:
         return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())), forms.tiled,
-                           forms.tiled_sites)
+                           forms.tiled_sites, forms.small)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,234 @@
+"""The smallest sizes of a dynamic dimension as static shapes (issue 17: small batches).
+
+A shape-generic kernel is slow exactly where a dynamic model spends little work: at one or
+a few rows. IREE's data tiling pads a dynamic row count to its 16-row tile (16x the work
+at one row), and a dynamic kernel's loops cannot be specialised to the size. Static
+bucketing pads the whole model, which is wrong where an op mixes rows (a softmax over the
+batch, attention over the sequence). Here only contractions are padded, which is exact:
+
+In branch `i` of a size dispatcher (`size_dispatch.branch_by_size`, sizes up to
+`tops[i]`), every contraction whose dynamic loops are all parallel and all have the
+dispatcher's size as extent gets its operands zero-padded along those loops to `tops[i]`,
+runs on the static shape, and its result is cut back to the size. An output element of a
+parallel loop reads its operands only at its own index there, so the padded rows change no
+element that is kept. IREE then builds a kernel for the static shape (data tiling takes its
+narrow tiles: at one row the MLP's matmuls ran 5x faster), and the tuner sees static tasks.
+
+The extent is known to be the size only where the output's dynamic dim is a
+`tensor.dim` of the dispatcher's argument dimension (or another of its symbol); other ops
+stay dynamic in every branch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from iree.compiler import ir
+from iree.compiler.dialects import arith, linalg, tensor
+
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms, is_contraction
+from mlir_ansor.dialect_helpers.size_dispatch import (BODY_PREFIX, DispatcherError,
+                                                      branch_by_size)
+
+# Per padded op, per operand: the dims padded to the branch's size (a marker between the
+# analysis on the model and the rewrite in the branches; none is left in the result).
+PAD_ATTR = "ansor_pad_dims"
+
+
+@dataclass(frozen=True)
+class SmallSizes:
+    """Static branches for the smallest sizes of one dynamic dimension: branch i serves
+    sizes up to `tops[i]` (above the previous top), the rest keeps the dynamic model.
+    `arg`, `dim`: the entry argument dimension the size is read from; `same`: every
+    (argument, dim) whose extent is that size (the specs of one symbol)."""
+
+    arg: int
+    dim: int
+    tops: tuple[int, ...]
+    same: tuple[tuple[int, int], ...]
+
+    @property
+    def cuts(self) -> tuple[int, ...]:
+        return tuple(t + 1 for t in self.tops)
+
+
+def _constant_index(v: ir.Value) -> int | None:
+    op = v.owner
+    if isinstance(op, ir.Block) or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
+
+
+def _is_size(v: ir.Value, entry: ir.Block, same: set[tuple[int, int]]) -> bool:
+    """Whether `v` is `tensor.dim` of an entry argument dimension in `same`."""
+    op = v.owner
+    if isinstance(op, ir.Block) or op.name != "tensor.dim":
+        return False
+    src, index = op.operands
+    if not (isinstance(src.owner, ir.Block) and src.owner == entry):
+        return False
+    return (ir.BlockArgument(src).arg_number, _constant_index(index)) in same
+
+
+def _output_sizes(init: ir.Value) -> list[ir.Value] | None:
+    """The size values of `init`'s dynamic dims: a `tensor.empty`, maybe filled."""
+    op = init.owner
+    if not isinstance(op, ir.Block) and op.name == "linalg.fill":
+        op = op.operands[1].owner
+    if isinstance(op, ir.Block) or op.name != "tensor.empty":
+        return None
+    return list(op.operands)
+
+
+def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
+    """`model_mlir` with PAD_ATTR on every contraction whose dynamic loops are all parallel
+    with the size as extent, and how many were marked."""
+    same = set(small.same)
+    with ir.Context():
+        forms = generic_forms(model_mlir)
+        if forms is None:
+            raise DispatcherError("cannot pair the model's linalg ops with their generic forms")
+        entry = _entry(forms.module)
+        marked = 0
+        for op, gen in zip(forms.ops, forms.generics):
+            if not is_contraction(gen) or op.parent != entry:
+                continue
+            pads = _pad_dims(op, gen, entry.regions[0].blocks[0], same)
+            if pads is not None:
+                op.attributes[PAD_ATTR] = ir.ArrayAttr.get(
+                    [ir.DenseI64ArrayAttr.get(p) for p in pads])
+                marked += 1
+        return str(forms.module), marked
+
+
+def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
+              same: set[tuple[int, int]]) -> list[list[int]] | None:
+    """Per operand of `op`, its dims along the loops to pad; None where some dynamic loop
+    is not a parallel loop of the size's extent (the op would stay dynamic)."""
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    iterators = [str(a) for a in ir.ArrayAttr(gen.attributes["iterator_types"])]
+    init = op.operands[len(op.operands) - 1]
+    out_type = ir.RankedTensorType(init.type)
+    sizes = _output_sizes(init)
+    if sizes is None:
+        return None
+    out_loops = [ir.AffineDimExpr(e).position for e in maps[-1].results]
+    loops: set[int] = set()
+    k = 0
+    for j, loop in enumerate(out_loops):
+        if out_type.is_dynamic_dim(j):
+            if not _is_size(sizes[k], entry, same):
+                return None
+            loops.add(loop)
+            k += 1
+    if not loops:
+        return None
+    pads = []
+    for v, m in zip(op.operands, maps):
+        t = ir.RankedTensorType(v.type)
+        dims = [ir.AffineDimExpr(e).position for e in m.results]
+        for j, loop in enumerate(dims):  # every dynamic dim must be padded
+            if t.is_dynamic_dim(j) and (loop not in loops or "parallel" not in iterators[loop]):
+                return None
+        pads.append([j for j, loop in enumerate(dims) if loop in loops])
+    return pads
+
+
+def _entry(module: ir.Module) -> ir.Operation:
+    funcs = [o.operation for o in module.body.operations if o.operation.name == "func.func"
+             and "sym_visibility" not in o.operation.attributes]
+    if len(funcs) != 1:
+        raise DispatcherError(f"expected one public entry function, found {len(funcs)}")
+    return funcs[0]
+
+
+def with_small_sizes(model_mlir: str, small: SmallSizes) -> str:
+    """The model with a static branch per top of `small` (module docstring) and the
+    dynamic model for the rest; a DispatcherError where no contraction can be padded."""
+    marked, count = mark_paddable(model_mlir, small)
+    if not count:
+        raise DispatcherError("no contraction has the dynamic size as its only dynamic "
+                              "extent: static branches would change nothing")
+    text = branch_by_size(marked, small.arg, small.dim, small.cuts, tag=False)
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        for f in module.body.operations:
+            name = ir.StringAttr(f.operation.attributes["sym_name"]).value
+            branch = (int(name.rsplit("_", 1)[1]) if name.startswith(BODY_PREFIX + "_")
+                      else None)
+            for op in _marked(f.operation):
+                if branch is not None and branch < len(small.tops):
+                    _pad(op, small.tops[branch])
+                del op.attributes[PAD_ATTR]
+        if not module.operation.verify():
+            raise DispatcherError("the model with static small-size branches does not verify")
+        return str(module)
+
+
+def _marked(op: ir.Operation) -> list[ir.Operation]:
+    out: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if PAD_ATTR in o.attributes:
+            out.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return out
+
+
+def _zero(t: ir.Type) -> ir.Value:
+    attr = (ir.FloatAttr.get(t, 0.0) if isinstance(t, ir.FloatType) else ir.IntegerAttr.get(t, 0))
+    return arith.ConstantOp(t, attr).result
+
+
+def _pad(op: ir.Operation, top: int) -> None:
+    """`op` on operands padded to `top` along the marked dims, its result cut back."""
+    pads = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(op.attributes[PAD_ATTR])]
+    index = ir.IndexType.get()
+    dyn = ir.ShapedType.get_dynamic_size()
+    n = len(op.operands)
+    out_dims = pads[-1]
+    with ir.InsertionPoint(op):
+        init = op.operands[n - 1]  # the size: the dynamic accumulator's dims
+        kept = [tensor.DimOp(init, arith.ConstantOp(index, j).result).result
+                for j in out_dims]
+        for k, dims in enumerate(pads):
+            if not dims:
+                continue
+            v = op.operands[k]
+            t = ir.RankedTensorType(v.type)
+            shape = [top if j in dims else t.shape[j] for j in range(t.rank)]
+            output = k == n - 1
+            src = v.owner
+            if output and not isinstance(src, ir.Block) and src.name == "linalg.fill":
+                # A fresh static accumulator: the same fill, no copy of the dynamic one.
+                static = linalg.fill(src.operands[0],
+                                     outs=[tensor.EmptyOp(shape, t.element_type).result])
+            else:
+                # Inputs padded with zeros (the padded rows' results are cut away; an
+                # accumulator's padded part is never read either).
+                sizes = [tensor.DimOp(v, arith.ConstantOp(index, j).result).result
+                         for j in dims]
+                dest = tensor.EmptyOp(shape, t.element_type).result
+                if not output:
+                    dest = linalg.fill(_zero(t.element_type), outs=[dest])
+                static = tensor.InsertSliceOp(
+                    v, dest, [], sizes, [], ir.DenseI64ArrayAttr.get([0] * t.rank),
+                    ir.DenseI64ArrayAttr.get([dyn if j in dims else t.shape[j]
+                                              for j in range(t.rank)]),
+                    ir.DenseI64ArrayAttr.get([1] * t.rank)).result
+            # Typed as before: canonicalization folds the cast into the op, which becomes
+            # static, and casts its result back.
+            op.operands[k] = tensor.CastOp(t, static).result
+    result = op.results[0]
+    rt = ir.RankedTensorType(result.type)
+    with ir.InsertionPoint.after(op):
+        cut = tensor.ExtractSliceOp(
+            rt, result, [], kept, [], ir.DenseI64ArrayAttr.get([0] * rt.rank),
+            ir.DenseI64ArrayAttr.get([dyn if j in out_dims else rt.shape[j]
+                                      for j in range(rt.rank)]),
+            ir.DenseI64ArrayAttr.get([1] * rt.rank))
+    result.replace_all_uses_except(cut.result, cut.operation)
