@@ -12,7 +12,8 @@ measured faster (so far every run), its softmax over the sequence to a dynamic-r
 Every module's outputs are checked against torch at every size before it is
 timed; a mismatch prints FAILED and stops. Prints the per-size table (size, torch, IREE
 default, IREE's data tiling, tuned, speedups), the geometric means, the tuning time and the module sizes; with a
-size dispatcher, which branch each size takes and what each task runs there.
+size dispatcher, which branch each size takes and what each task runs there; with static
+branches for the small sizes, the branch (its padded size) a size takes.
 
 `--static-trials N` adds the ways users cope today, at the same sizes:
   per-size   our static tuner once per size (N trials each), each size its own module;
@@ -105,13 +106,18 @@ def kernels_at(run_dir: Path):
     or IREE's default; from the run's report (the size dispatcher) and library."""
     report = json.loads((run_dir / "report.json").read_text())
     ids = {t["key"]: t["task_id"] for t in json.loads((run_dir / "tasks.json").read_text())}
-    plan = next(iter(report["e2e"].values())).get("size_dispatcher")
+    e2e = next(iter(report["e2e"].values()))
+    plan = e2e.get("size_dispatcher")
     if plan is None:
         one = ", ".join(t["task"] for t in report["tasks"] if t["status"] == "tuned")
-        tiled = next(iter(report["e2e"].values())).get("data_tiling")
-        iree = "IREE data tiling" if tiled else "IREE default"
+        iree = "IREE data tiling" if e2e.get("data_tiling") else "IREE default"
         text = f"one kernel each: {one}" if one else iree
-        return lambda n: text
+        tops = e2e.get("small_size_branches") or []
+
+        def branch(n: int) -> str:  # the static branch of a small size (padded to its top)
+            top = next((t for t in tops if n <= t), None)
+            return f"static {top}-row branch, {text}" if top else text
+        return branch
 
     # A planned strategy that the hand-back dropped (e.g. not applied inside the model)
     # leaves IREE's default in every branch.
