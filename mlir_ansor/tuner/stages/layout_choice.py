@@ -177,30 +177,41 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
 
 def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
                 flags: tuple[str, ...]) -> SmallSizesChoice:
-    """Which of the smallest sizes of the model's first dynamic symbol get static branches
-    (dialect_helpers/small_sizes.py). IREE's default build of `base` with a branch per
+    """Which of the smallest sizes of a dynamic symbol get static branches
+    (dialect_helpers/small_sizes.py; the first symbol whose branches would pad some
+    contraction). IREE's default build of `base` with a branch per
     candidate top (`flags`: the form's build flags) must match torch at each branch's lowest
     size and top; it is timed there side by side with `base_vmfb` (IREE's default build of
     `base`), and the branches are kept from the smallest up while each is clearly faster."""
-    opts, tools = state.opts, state.tools
+    tools = state.tools
     dyn = m.dynamic
-    symbol = dyn.symbols[0]
-    lo, hi = dyn.range_of(symbol)
-    tops = small_size_tops(lo, hi)
-    if not tops:
-        return SmallSizesChoice(None, why=f"the range {lo}..{hi} of {symbol} has no small "
-                                          "sizes to branch on")
-    same = tuple((pos, d.dim) for d, pos in zip(dyn.dims, dyn.positions) if d.symbol == symbol)
-    arg, dim = same[0]
+    text = base.read_text()
+    whys = []
+    for symbol in dyn.symbols:  # the first whose small sizes change some contraction
+        lo, hi = dyn.range_of(symbol)
+        tops = small_size_tops(lo, hi)
+        if not tops:
+            whys.append(f"the range {lo}..{hi} of {symbol} has no small sizes to branch on")
+            continue
+        same = tuple((pos, d.dim) for d, pos in zip(dyn.dims, dyn.positions)
+                     if d.symbol == symbol)
+        tried = SmallSizes(same[0][0], same[0][1], tops, same)
+        try:
+            branched = with_small_sizes(text, tried)
+        except DispatcherError as e:
+            whys.append(f"{symbol}: {e}")
+            continue
+        break
+    else:
+        return SmallSizesChoice(None, why="; ".join(whys)[:300])
     work = m.dir / "e2e" / "small_sizes"
     work.mkdir(parents=True, exist_ok=True)
-    tried = SmallSizes(arg, dim, tops, same)
     src = work / "branched.mlir"
     vmfb = work / "branched.vmfb"
     try:
-        src.write_text(with_small_sizes(base.read_text(), tried))
+        src.write_text(branched)
         compile_model(tools, src, vmfb, state.cfg, None, flags)
-    except (DispatcherError, CompileError) as e:
+    except CompileError as e:
         return SmallSizesChoice(None, why=str(e)[:300])
     example = {d.symbol: int(m.inputs[pos].shape[d.dim]) for d, pos in zip(dyn.dims,
                                                                            dyn.positions)}
@@ -220,11 +231,13 @@ def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
                 return SmallSizesChoice(None, tuple(timed), f"at {symbol}={n}: {e}"[:300])
             timed.append((n, top, without, with_))
         low = top + 1
+        if keep_small_branches(timed) <= i:  # this branch is not kept: nor any above it
+            break
     kept = keep_small_branches(timed)
     if not kept:
         return SmallSizesChoice(None, tuple(timed), "not clearly faster with IREE's defaults "
                                                     "at the smallest sizes")
-    return SmallSizesChoice(SmallSizes(arg, dim, tops[:kept], same), tuple(timed))
+    return SmallSizesChoice(replace(tried, tops=tops[:kept]), tuple(timed))
 
 
 def sample_inputs(m: ModelIn) -> list[tuple[tuple, float]]:
