@@ -102,6 +102,8 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
         # The run's layout again (channels-last, packed weights, data tiling): its library
         # matches those dispatches.
         layout = load_layout(folder / "layout.json")
+        if layout.small_sizes is not None:  # branches on a dynamic size: the run's own
+            text = (folder / "model.mlir").read_text()  # import, with its --dynamic dims
         text, flags = layout.apply(text), layout.flags
     else:
         library, flags = None, ()

@@ -128,8 +128,9 @@ def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
     for v, m in zip(op.operands, maps):
         t = ir.RankedTensorType(v.type)
         dims = [ir.AffineDimExpr(e).position for e in m.results]
-        for j, loop in enumerate(dims):  # every dynamic dim must be padded
-            if t.is_dynamic_dim(j) and (loop not in loops or "parallel" not in iterators[loop]):
+        for j, loop in enumerate(dims):  # every dynamic dim padded, and only those
+            padded = loop in loops
+            if t.is_dynamic_dim(j) != padded or (padded and "parallel" not in iterators[loop]):
                 return None
         pads.append([j for j, loop in enumerate(dims) if loop in loops])
     return pads
