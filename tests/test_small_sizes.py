@@ -106,6 +106,38 @@ def test_the_branched_model_computes_the_same_function_at_every_size(rows_mixed,
             np.testing.assert_allclose(outs[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+class _ConvBatch(torch.nn.Module):
+    """A convolution over a dynamic batch, then an op that mixes the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y - y.mean(dim=0, keepdim=True)
+
+
+def test_a_convolution_pads_its_batch_and_stays_exact(tools, tmp_path):
+    torch.manual_seed(0)
+    model = _ConvBatch().eval()
+    batch = torch.export.Dim("batch", min=1, max=16)
+    text = import_model(model, (torch.randn(2, 3, 10, 10),), {"x": {0: batch}})
+    small = SmallSizes(0, 0, (1, 4), ((0, 0),))
+    marked, count = mark_paddable(text, small)
+    assert count == 1 and "linalg.conv_2d_nchw_fchw {ansor_pad_dims" in marked
+    (tmp_path / "b.mlir").write_text(with_small_sizes(text, small))
+    cfg = MeasureConfig()
+    compile_model(tools, tmp_path / "b.mlir", tmp_path / "b.vmfb", cfg, None)
+    for n in (1, 2, 3, 4, 5, 16):
+        x = torch.randn(n, 3, 10, 10)
+        paths = save_inputs((x,), tmp_path / f"in{n}")
+        outs, why = run_outputs(tools, tmp_path / "b.vmfb", paths, 1, tmp_path / f"o{n}", cfg)
+        assert outs is not None, why
+        with torch.no_grad():
+            np.testing.assert_allclose(outs[0], model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_the_padded_contraction_is_static_in_its_branch(rows_mixed, tools):
     from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 

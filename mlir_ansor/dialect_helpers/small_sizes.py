@@ -4,15 +4,16 @@ A shape-generic kernel is slow exactly where a dynamic model spends little work:
 a few rows. IREE's data tiling pads a dynamic row count to its 16-row tile (16x the work
 at one row), and a dynamic kernel's loops cannot be specialised to the size. Static
 bucketing pads the whole model, which is wrong where an op mixes rows (a softmax over the
-batch, attention over the sequence). Here only contractions are padded, which is exact:
+batch, attention over the sequence). Here only the heavy ops are padded, which is exact:
 
 In branch `i` of a size dispatcher (`size_dispatch.branch_by_size`, sizes up to
-`tops[i]`), every contraction whose dynamic loops are all parallel and all have the
-dispatcher's size as extent gets its operands zero-padded along those loops to `tops[i]`,
-runs on the static shape, and its result is cut back to the size. An output element of a
-parallel loop reads its operands only at its own index there, so the padded rows change no
-element that is kept. IREE then builds a kernel for the static shape (data tiling takes its
-narrow tiles: at one row the MLP's matmuls ran 5x faster), and the tuner sees static tasks.
+`tops[i]`), every op with a reduction loop (contraction, convolution, pooling) whose
+dynamic loops are all parallel, plain dims of every operand, and have the dispatcher's
+size as extent gets its operands zero-padded along those loops to `tops[i]`, runs on the
+static shape, and its result is cut back to the size. An output element of such a loop
+reads its operands only at its own index there, so the padded rows change no element that
+is kept. IREE then builds a kernel for the static shape (data tiling takes its narrow
+tiles: at one row the MLP's matmuls ran 5x faster), and the tuner sees static tasks.
 
 The extent is known to be the size only where the output's dynamic dim is a
 `tensor.dim` of the dispatcher's argument dimension (or another of its symbol); other ops
@@ -26,7 +27,7 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
-from mlir_ansor.dialect_helpers.linalg_info import generic_forms, is_contraction
+from mlir_ansor.dialect_helpers.linalg_info import generic_forms
 from mlir_ansor.dialect_helpers.size_dispatch import (BODY_PREFIX, DispatcherError,
                                                       branch_by_size)
 
@@ -72,18 +73,21 @@ def _is_size(v: ir.Value, entry: ir.Block, same: set[tuple[int, int]]) -> bool:
 
 
 def _output_sizes(init: ir.Value) -> list[ir.Value] | None:
-    """The size values of `init`'s dynamic dims: a `tensor.empty`, maybe filled."""
+    """The size values of `init`'s dynamic dims: a `tensor.empty`, maybe written by linalg
+    ops first (a fill, a bias broadcast)."""
     op = init.owner
-    if not isinstance(op, ir.Block) and op.name == "linalg.fill":
-        op = op.operands[1].owner
+    while not isinstance(op, ir.Block) and op.name.startswith("linalg.") \
+            and len(op.results) == 1:
+        op = op.operands[len(op.operands) - 1].owner  # its destination
     if isinstance(op, ir.Block) or op.name != "tensor.empty":
         return None
     return list(op.operands)
 
 
 def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
-    """`model_mlir` with PAD_ATTR on every contraction whose dynamic loops are all parallel
-    with the size as extent, and how many were marked."""
+    """`model_mlir` with PAD_ATTR on every op with a reduction loop (contraction,
+    convolution, pooling) whose dynamic loops are all parallel with the size as extent, and
+    how many were marked."""
     same = set(small.same)
     with ir.Context():
         forms = generic_forms(model_mlir)
@@ -92,7 +96,7 @@ def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
         entry = _entry(forms.module)
         marked = 0
         for op, gen in zip(forms.ops, forms.generics):
-            if not is_contraction(gen) or op.parent != entry:
+            if op.parent != entry:
                 continue
             pads = _pad_dims(op, gen, entry.regions[0].blocks[0], same)
             if pads is not None:
@@ -102,37 +106,52 @@ def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
         return str(forms.module), marked
 
 
+def _loops_of(e: ir.AffineExpr) -> set[int]:
+    """The loops an indexing expression reads."""
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position}
+    if isinstance(e, ir.AffineBinaryExpr):
+        return _loops_of(e.lhs) | _loops_of(e.rhs)
+    return set()
+
+
 def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
               same: set[tuple[int, int]]) -> list[list[int]] | None:
-    """Per operand of `op`, its dims along the loops to pad; None where some dynamic loop
-    is not a parallel loop of the size's extent (the op would stay dynamic)."""
+    """Per operand of `op`, its dims along the loops to pad; None where the op would not
+    become static (a dynamic loop that is a reduction, or whose extent is not the size) or
+    a padded loop is not a plain dim of some operand (a convolution's window reads
+    `h + kh`: its batch pads, its image rows would not)."""
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(gen.attributes["indexing_maps"])]
     iterators = [str(a) for a in ir.ArrayAttr(gen.attributes["iterator_types"])]
+    if len(maps) != len(op.operands) or not any("reduction" in it for it in iterators):
+        return None
     init = op.operands[len(op.operands) - 1]
     out_type = ir.RankedTensorType(init.type)
     sizes = _output_sizes(init)
     if sizes is None:
         return None
-    out_loops = [ir.AffineDimExpr(e).position for e in maps[-1].results]
     loops: set[int] = set()
     k = 0
-    for j, loop in enumerate(out_loops):
+    for j, e in enumerate(maps[-1].results):
         if out_type.is_dynamic_dim(j):
-            if not _is_size(sizes[k], entry, same):
+            if not isinstance(e, ir.AffineDimExpr) or not _is_size(sizes[k], entry, same) \
+                    or "parallel" not in iterators[e.position]:
                 return None
-            loops.add(loop)
+            loops.add(e.position)
             k += 1
     if not loops:
         return None
     pads = []
     for v, m in zip(op.operands, maps):
         t = ir.RankedTensorType(v.type)
-        dims = [ir.AffineDimExpr(e).position for e in m.results]
-        for j, loop in enumerate(dims):  # every dynamic dim padded, and only those
-            padded = loop in loops
-            if t.is_dynamic_dim(j) != padded or (padded and "parallel" not in iterators[loop]):
+        dims = []
+        for j, e in enumerate(m.results):  # every dynamic dim padded, and only those
+            padded = bool(_loops_of(e) & loops)
+            if t.is_dynamic_dim(j) != padded or (padded and not isinstance(e, ir.AffineDimExpr)):
                 return None
-        pads.append([j for j, loop in enumerate(dims) if loop in loops])
+            if padded:
+                dims.append(j)
+        pads.append(dims)
     return pads
 
 
@@ -146,11 +165,11 @@ def _entry(module: ir.Module) -> ir.Operation:
 
 def with_small_sizes(model_mlir: str, small: SmallSizes) -> str:
     """The model with a static branch per top of `small` (module docstring) and the
-    dynamic model for the rest; a DispatcherError where no contraction can be padded."""
+    dynamic model for the rest; a DispatcherError where no op can be padded."""
     marked, count = mark_paddable(model_mlir, small)
     if not count:
-        raise DispatcherError("no contraction has the dynamic size as its only dynamic "
-                              "extent: static branches would change nothing")
+        raise DispatcherError("no contraction or convolution has the dynamic size as its "
+                              "only dynamic extent: static branches would change nothing")
     text = branch_by_size(marked, small.arg, small.dim, small.cuts, tag=False)
     with ir.Context() as ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
