@@ -95,15 +95,18 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
     build = out / "api"
     build.mkdir(parents=True, exist_ok=True)
     src = build / "model.mlir"
-    text = import_model(model, inputs)
     which, folder = handed_back(out, model_name)
+    # A dynamic run is rebuilt from its own import (its --dynamic dimensions: `inputs`
+    # have one size of them); a static one from `model` itself.
+    e2e = json.loads((Path(out) / "report.json").read_text())["e2e"]
+    dynamic = bool((e2e[model_name] if model_name else next(iter(e2e.values())))["by_size"])
+    text = ((folder / "model.mlir").read_text() if dynamic
+            else import_model(model, inputs))
     library: Path | None = folder / "tuned_library.mlir"
     if which == "tuned":
-        # The run's layout again (channels-last, packed weights, data tiling): its library
-        # matches those dispatches.
+        # The run's layout again (channels-last, packed weights, data tiling, small-size
+        # branches): its library matches those dispatches.
         layout = load_layout(folder / "layout.json")
-        if layout.small_sizes is not None:  # branches on a dynamic size: the run's own
-            text = (folder / "model.mlir").read_text()  # import, with its --dynamic dims
         text, flags = layout.apply(text), layout.flags
     else:
         library, flags = None, ()

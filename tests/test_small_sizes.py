@@ -27,27 +27,67 @@ def _marked(text: str) -> int:
 
 
 def test_a_contraction_over_the_size_is_marked_and_others_are_not():
-    model = """func.func @main(%x: tensor<?x64xf32>, %y: tensor<8x?xf32>,
-                               %z: tensor<?x8xf32>) -> (tensor<?x32xf32>, tensor<8x8xf32>) {
+    model = """func.func @main(%x: tensor<?x64xf32>, %y: tensor<?x?xf32>,
+                               %z: tensor<?x8xf32>) -> (tensor<?x32xf32>, tensor<?x8xf32>) {
       %c0 = arith.constant 0 : index
-      %c1 = arith.constant 1 : index
       %zero = arith.constant 0.0 : f32
       %w = arith.constant dense<1.0> : tensor<64x32xf32>
       %m = tensor.dim %x, %c0 : tensor<?x64xf32>
       %e = tensor.empty(%m) : tensor<?x32xf32>
       %f = linalg.fill ins(%zero : f32) outs(%e : tensor<?x32xf32>) -> tensor<?x32xf32>
       %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x32xf32>) outs(%f : tensor<?x32xf32>) -> tensor<?x32xf32>
-      %e2 = tensor.empty() : tensor<8x8xf32>
-      %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<8x8xf32>) -> tensor<8x8xf32>
-      %k = linalg.matmul ins(%y, %z : tensor<8x?xf32>, tensor<?x8xf32>) outs(%f2 : tensor<8x8xf32>) -> tensor<8x8xf32>
-      return %r, %k : tensor<?x32xf32>, tensor<8x8xf32>
+      %e2 = tensor.empty(%m) : tensor<?x8xf32>
+      %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<?x8xf32>) -> tensor<?x8xf32>
+      %k = linalg.matmul ins(%y, %z : tensor<?x?xf32>, tensor<?x8xf32>) outs(%f2 : tensor<?x8xf32>) -> tensor<?x8xf32>
+      return %r, %k : tensor<?x32xf32>, tensor<?x8xf32>
     }"""
-    text, count = mark_paddable(model, SmallSizes(0, 0, (1,), ((0, 0), (1, 1), (2, 0))))
-    # The rows of the first matmul are the size; the second one's dynamic loop is its
-    # reduction (padding it would not make the op static in every branch).
+    text, count = mark_paddable(model, ROWS)
+    # Both have the size as rows; the second one's reduction is dynamic too (padding the
+    # rows would not make it static).
     assert count == 1
     assert text.count(PAD_ATTR) == 1
     assert "linalg.matmul {ansor_pad_dims = [array<i64: 0>, array<i64>, array<i64: 0>]}" in text
+
+
+def test_ops_that_padding_would_not_serve_are_left_alone():
+    model = """#id = affine_map<(d0, d1) -> (d0, d1)>
+    #row = affine_map<(d0, d1) -> (d0)>
+    func.func @main(%x: tensor<?x64xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) {
+      %c0 = arith.constant 0 : index
+      %zero = arith.constant 0 : i32
+      %m = tensor.dim %x, %c0 : tensor<?x64xi32>
+      %e = tensor.empty(%m) : tensor<?xi32>
+      %f = linalg.fill ins(%zero : i32) outs(%e : tensor<?xi32>) -> tensor<?xi32>
+      %two:2 = linalg.generic {indexing_maps = [#id, #row, #row],
+          iterator_types = ["parallel", "reduction"]}
+          ins(%x : tensor<?x64xi32>) outs(%f, %f : tensor<?xi32>, tensor<?xi32>) {
+        ^bb0(%a: i32, %s: i32, %t: i32):
+          %p = arith.addi %a, %s : i32
+          %q = arith.maxsi %a, %t : i32
+          linalg.yield %p, %q : i32, i32
+      } -> (tensor<?xi32>, tensor<?xi32>)
+      %d = linalg.generic {indexing_maps = [#id, #row],
+          iterator_types = ["parallel", "reduction"]}
+          ins(%x : tensor<?x64xi32>) outs(%f : tensor<?xi32>) {
+        ^bb0(%a: i32, %s: i32):
+          %p = arith.divsi %s, %a : i32
+          linalg.yield %p : i32
+      } -> tensor<?xi32>
+      %sum = linalg.generic {indexing_maps = [#id, #row],
+          iterator_types = ["parallel", "reduction"]}
+          ins(%x : tensor<?x64xi32>) outs(%f : tensor<?xi32>) {
+        ^bb0(%a: i32, %s: i32):
+          %p = arith.addi %s, %a : i32
+          linalg.yield %p : i32
+      } -> tensor<?xi32>
+      return %two#0, %d, %sum : tensor<?xi32>, tensor<?xi32>, tensor<?xi32>
+    }"""
+    text, count = mark_paddable(model, ROWS)
+    # Two results (only one would be cut back) and an integer division by a padded zero
+    # are left dynamic; the plain integer row sum is padded.
+    assert count == 1
+    body = text.split(PAD_ATTR)[1].split("linalg.yield")[0]  # the marked op's body
+    assert "arith.addi" in body and "maxsi" not in body and "divsi" not in body
 
 
 def test_a_size_the_dispatcher_does_not_read_is_not_padded():
@@ -176,7 +216,7 @@ def test_the_layout_keeps_its_small_sizes(tmp_path):
 def test_a_run_hands_back_the_branched_form_checked_at_every_size(tmp_path, monkeypatch):
     """The branches are forced (this machine's timing decides them otherwise); the run
     tunes the form, checks it against torch at the sizes and hands it back with build.sh."""
-    monkeypatch.setattr(layout_choice, "keep_small_branches", lambda timed: 2)
+    monkeypatch.setattr(layout_choice, "keep_small_branches", lambda timed: 4)
     out = tmp_path / "o"
     cli = [a for a in QUICK_CLI]
     cli[cli.index("--small-sizes") + 1] = "auto"
@@ -185,11 +225,13 @@ def test_a_run_hands_back_the_branched_form_checked_at_every_size(tmp_path, monk
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     (e2e,) = report["e2e"].values()
-    assert e2e["small_size_branches"] == [1, 2]
-    # Checked against torch in both branches and above them.
-    assert {"x_0=1", "x_0=2", "x_0=3", "x_0=64"} <= set(e2e["also_checked_at"])
-    assert load_layout(out / "layout.json").small_sizes == SmallSizes(0, 0, (1, 2), ((0, 0),))
+    assert e2e["small_size_branches"] == [1, 2, 4, 8]
+    # Checked against torch at both ends of every branch and above them (5, 8 and 9 are
+    # none of the range's usual check sizes).
+    assert {"x_0=1", "x_0=2", "x_0=3", "x_0=4", "x_0=5", "x_0=8", "x_0=9", "x_0=64"} <= set(
+        e2e["also_checked_at"])
+    assert load_layout(out / "layout.json").small_sizes == SmallSizes(0, 0, (1, 2, 4, 8),
+                                                                      ((0, 0),))
     text = (out / "report.txt").read_text()
-    assert "Static branches for the small sizes" in text and "sizes up to 1, 2" in text
-    if e2e["handed_back"] == "tuned":
-        assert (out / "model_tuned.mlir").read_text().count("cf.cond_br") == 2
+    assert "Static branches for the small sizes" in text and "sizes up to 1, 2, 4, 8" in text
+    assert (out / "model_tuned.mlir").read_text().count("cf.cond_br") == 4

@@ -3,8 +3,9 @@
 
 The entry function's work that depends on its arguments moves into a private function,
 which is copied once per size range ("branch"); every linalg op of copy `i` is tagged
-`{ansor_kernel = "b<i>"}`. The entry keeps what does not depend on the arguments (weights
-and their transposes, computed once) and calls the copy of the range the size falls in,
+`{ansor_kernel = "b<i>"}` (unless the branches are a model form that needs no tags:
+dialect_helpers/small_sizes.py). The entry keeps what does not depend on the arguments
+(weights and their transposes, computed once) and calls the copy of the range the size falls in,
 through a chain of conditional branches (`cf.cond_br`) on `tensor.dim` of one argument:
 blocks of the entry function, not `scf.if` regions, because IREE 3.13 hoists constant
 work (its data tiling's weight packing) only out of the function's own blocks; under
@@ -42,7 +43,8 @@ def branch_index(tag: str) -> int:
     return int(tag.removeprefix("b"))
 
 
-def _entry(module: ir.Module) -> ir.Operation:
+def entry_function(module: ir.Module) -> ir.Operation:
+    """The module's one public function (a DispatcherError otherwise)."""
     funcs = [op.operation for op in module.body.operations
              if op.operation.name == "func.func"
              and "sym_visibility" not in op.operation.attributes]
@@ -86,7 +88,9 @@ def branch_by_size(model_mlir: str, arg: int, dim: int, thresholds: Sequence[int
     with ir.Context() as ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(model_mlir)
-        entry = _entry(module)
+        entry = entry_function(module)
+        if len(entry.regions[0].blocks) != 1:
+            raise DispatcherError("the entry function already branches (several blocks)")
         block = entry.regions[0].blocks[0]
         if arg >= len(block.arguments):
             raise DispatcherError(f"the entry takes {len(block.arguments)} arguments, not "
@@ -181,7 +185,7 @@ def _mapped(v: ir.Value, outside: list[ir.Value], inner: ir.Block) -> ir.Value:
     return v
 
 
-def _linalg_ops(op: ir.Operation) -> list[ir.Operation]:
+def linalg_ops_in(op: ir.Operation) -> list[ir.Operation]:
     """The linalg ops in `op`, not those of their bodies (linalg.yield)."""
     out: list[ir.Operation] = []
 
@@ -197,7 +201,7 @@ def _linalg_ops(op: ir.Operation) -> list[ir.Operation]:
 
 def _tag_linalg(op: ir.Operation, tag: str) -> None:
     attr = ir.StringAttr.get(tag)
-    for o in _linalg_ops(op):
+    for o in linalg_ops_in(op):
         o.attributes[TAG_ATTR] = attr
 
 
@@ -256,7 +260,7 @@ def retag(func_mlir: str, like: str) -> str:
     with ir.Context() as ctx:
         ctx.allow_unregistered_dialects = True
         target, model = ir.Module.parse(func_mlir), ir.Module.parse(like)
-        mine, theirs = _linalg_ops(target.operation), _linalg_ops(model.operation)
+        mine, theirs = linalg_ops_in(target.operation), linalg_ops_in(model.operation)
         if [o.name for o in mine] != [o.name for o in theirs]:
             return ""
         for a, b in zip(mine, theirs):

@@ -29,7 +29,8 @@ from iree.compiler.dialects import arith, linalg, tensor
 
 from mlir_ansor.dialect_helpers.linalg_info import generic_forms
 from mlir_ansor.dialect_helpers.size_dispatch import (BODY_PREFIX, DispatcherError,
-                                                      branch_by_size)
+                                                      branch_by_size, entry_function,
+                                                      linalg_ops_in)
 
 # Per padded op, per operand: the dims padded to the branch's size (a marker between the
 # analysis on the model and the rewrite in the branches; none is left in the result).
@@ -93,7 +94,7 @@ def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
         forms = generic_forms(model_mlir)
         if forms is None:
             raise DispatcherError("cannot pair the model's linalg ops with their generic forms")
-        entry = _entry(forms.module)
+        entry = entry_function(forms.module)
         marked = 0
         for op, gen in zip(forms.ops, forms.generics):
             if op.parent != entry:
@@ -115,15 +116,30 @@ def _loops_of(e: ir.AffineExpr) -> set[int]:
     return set()
 
 
+_DIVISIONS = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.floordivsi",
+              "arith.ceildivsi", "arith.ceildivui")
+
+
+def _divides(gen: ir.Operation) -> bool:
+    """Whether the op's body divides (integer division traps on the padded zeros)."""
+    return any(o.operation.name in _DIVISIONS
+               for o in gen.regions[0].blocks[0].operations)
+
+
 def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
               same: set[tuple[int, int]]) -> list[list[int]] | None:
     """Per operand of `op`, its dims along the loops to pad; None where the op would not
     become static (a dynamic loop that is a reduction, or whose extent is not the size) or
     a padded loop is not a plain dim of some operand (a convolution's window reads
     `h + kh`: its batch pads, its image rows would not)."""
+    if gen.name != "linalg.generic" or len(op.results) != 1 or \
+            not all(isinstance(v.type, ir.RankedTensorType) for v in op.operands):
+        return None  # (an aggregate op, several results, a scalar operand: not padded)
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(gen.attributes["indexing_maps"])]
     iterators = [str(a) for a in ir.ArrayAttr(gen.attributes["iterator_types"])]
     if len(maps) != len(op.operands) or not any("reduction" in it for it in iterators):
+        return None
+    if _divides(gen):  # a padded zero would be a divisor: an integer one traps
         return None
     init = op.operands[len(op.operands) - 1]
     out_type = ir.RankedTensorType(init.type)
@@ -155,14 +171,6 @@ def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
     return pads
 
 
-def _entry(module: ir.Module) -> ir.Operation:
-    funcs = [o.operation for o in module.body.operations if o.operation.name == "func.func"
-             and "sym_visibility" not in o.operation.attributes]
-    if len(funcs) != 1:
-        raise DispatcherError(f"expected one public entry function, found {len(funcs)}")
-    return funcs[0]
-
-
 def with_small_sizes(model_mlir: str, small: SmallSizes) -> str:
     """The model with a static branch per top of `small` (module docstring) and the
     dynamic model for the rest; a DispatcherError where no op can be padded."""
@@ -175,28 +183,17 @@ def with_small_sizes(model_mlir: str, small: SmallSizes) -> str:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(text)
         for f in module.body.operations:
-            name = ir.StringAttr(f.operation.attributes["sym_name"]).value
+            attrs = f.operation.attributes
+            name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else ""
             branch = (int(name.rsplit("_", 1)[1]) if name.startswith(BODY_PREFIX + "_")
                       else None)
-            for op in _marked(f.operation):
+            for op in (o for o in linalg_ops_in(f.operation) if PAD_ATTR in o.attributes):
                 if branch is not None and branch < len(small.tops):
                     _pad(op, small.tops[branch])
                 del op.attributes[PAD_ATTR]
-        if not module.operation.verify():
-            raise DispatcherError("the model with static small-size branches does not verify")
+        if not module.operation.verify():  # a bug of ours, not a property of the model
+            raise RuntimeError("the model with static small-size branches does not verify")
         return str(module)
-
-
-def _marked(op: ir.Operation) -> list[ir.Operation]:
-    out: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if PAD_ATTR in o.attributes:
-            out.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return out
 
 
 def _zero(t: ir.Type) -> ir.Value:

@@ -162,6 +162,7 @@ class SmallSizesChoice:
     # per branch measured: (lowest size, top, IREE's default without, with the branches; s)
     timed: tuple[tuple[int, int, float, float], ...] = ()
     why: str = ""  # why no branch was kept, or none measured
+    failed: bool = False  # the branched model failed to build or to match torch
 
 
 # A static branch is kept where IREE's default build with it is this much faster at its

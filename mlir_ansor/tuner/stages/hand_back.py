@@ -252,6 +252,14 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
             have = {s[plan.symbol] for s in sets}
             ends = {x for r in plan.ranges(lo, hi) for x in r} - have
             sets = with_sizes(sets, plan.symbol, sorted(ends))
+        small = state.forms[m.name].small
+        if small is not None:  # so is every static small-size branch, and the rest's start
+            symbol = next(d.symbol for d, pos in zip(m.dynamic.dims, m.dynamic.positions)
+                          if (pos, d.dim) == (small.arg, small.dim))
+            lo, _ = m.dynamic.range_of(symbol)
+            have = {s[symbol] for s in sets}
+            bottoms = [lo] + [t + 1 for t in small.tops]
+            sets = with_sizes(sets, symbol, sorted({*bottoms, *small.tops} - have))
         for i, sizes in enumerate(sets):
             label = ", ".join(f"{s}={v}" for s, v in sizes.items())
             checks.append((label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))

@@ -74,6 +74,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     small = None
     if opts.small_sizes != "off" and relayout and m.dynamic is not None:
         small = small_sizes(state, m, base, base_vmfb, flags)
+        if small.failed:  # (our rewrite or IREE on it: worth a look, the run goes on)
+            notes.append(f"Static small-size branches of {m.name} failed: {small.why}")
         if small.small is not None:
             branched = m.dir / "model_small_sizes.mlir"
             branched.write_text(with_small_sizes(base.read_text(), small.small))
@@ -84,8 +86,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: IREE's data "
                      "tiling packs its contractions' weights")
     elif small is not None and small.small is not None:
-        notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: its small "
-                     "sizes branch (the weights are passed into the branches)")
+        notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: packing is "
+                     "not combined with static small-size branches")
     elif relayout:
         try:
             # Not the convs of a channels-last model: packing them doubled ResNet-50's
@@ -212,7 +214,7 @@ def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
         src.write_text(branched)
         compile_model(tools, src, vmfb, state.cfg, None, flags)
     except CompileError as e:
-        return SmallSizesChoice(None, why=str(e)[:300])
+        return SmallSizesChoice(None, why=str(e)[:300], failed=True)
     example = {d.symbol: int(m.inputs[pos].shape[d.dim]) for d, pos in zip(dyn.dims,
                                                                            dyn.positions)}
     timed = []
@@ -228,7 +230,8 @@ def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
                 without, with_ = side_by_side([base_vmfb, vmfb], paths, tools, state.cfg,
                                               rounds=3)
             except CompileError as e:
-                return SmallSizesChoice(None, tuple(timed), f"at {symbol}={n}: {e}"[:300])
+                return SmallSizesChoice(None, tuple(timed), f"at {symbol}={n}: {e}"[:300],
+                                        failed=True)
             timed.append((n, top, without, with_))
         low = top + 1
         if keep_small_branches(timed) <= i:  # this branch is not kept: nor any above it
