@@ -99,7 +99,8 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
     # A dynamic run is rebuilt from its own import (its --dynamic dimensions: `inputs`
     # have one size of them); a static one from `model` itself.
     e2e = json.loads((Path(out) / "report.json").read_text())["e2e"]
-    dynamic = bool((e2e[model_name] if model_name else next(iter(e2e.values())))["by_size"])
+    entry = e2e[model_name] if model_name else next(iter(e2e.values()))
+    dynamic = bool(entry.get("by_size"))  # (a report from before by_size: a static run)
     text = ((folder / "model.mlir").read_text() if dynamic
             else import_model(model, inputs))
     library: Path | None = folder / "tuned_library.mlir"

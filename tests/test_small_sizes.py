@@ -49,6 +49,33 @@ def test_a_contraction_over_the_size_is_marked_and_others_are_not():
     assert "linalg.matmul {ansor_pad_dims = [array<i64: 0>, array<i64>, array<i64: 0>]}" in text
 
 
+def test_a_size_computed_from_the_input_dims_is_followed():
+    """A reshape's size arithmetic (as torch-mlir emits it) that equals the size is
+    followed; one that is twice the size is not."""
+    def model(factor: int) -> str:
+        return f"""func.func @main(%x: tensor<?x64xf32>) -> tensor<?x32xf32> {{
+          %c0 = arith.constant 0 : index
+          %z64 = arith.constant 0 : i64
+          %k = arith.constant {factor} : i64
+          %zero = arith.constant 0.0 : f32
+          %w = arith.constant dense<1.0> : tensor<64x32xf32>
+          %d = tensor.dim %x, %c0 : tensor<?x64xf32>
+          %n = arith.index_cast %d : index to i64
+          %neg = arith.cmpi slt, %n, %z64 : i64
+          %p = arith.muli %n, %k : i64
+          %q = arith.divsi %p, %k : i64
+          %r = arith.muli %q, %k : i64
+          %s = arith.select %neg, %z64, %r : i64
+          %m = arith.index_cast %s : i64 to index
+          %e = tensor.empty(%m) : tensor<?x32xf32>
+          %f = linalg.fill ins(%zero : f32) outs(%e : tensor<?x32xf32>) -> tensor<?x32xf32>
+          %y = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x32xf32>) outs(%f : tensor<?x32xf32>) -> tensor<?x32xf32>
+          return %y : tensor<?x32xf32>
+        }}"""
+    assert _marked(model(1)) == 1
+    assert _marked(model(2)) == 0
+
+
 def test_ops_that_padding_would_not_serve_are_left_alone():
     model = """#id = affine_map<(d0, d1) -> (d0, d1)>
     #row = affine_map<(d0, d1) -> (d0)>

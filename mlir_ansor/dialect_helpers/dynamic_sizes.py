@@ -15,7 +15,8 @@ from iree.compiler import ir
 
 from mlir_ansor.errors import UnsupportedDispatch
 
-_BINARY = {
+# Integer arith ops on sizes, evaluated (also by small_sizes.py).
+BINARY_OPS = {
     "arith.addi": lambda a, b: a + b,
     "arith.subi": lambda a, b: a - b,
     "arith.muli": lambda a, b: a * b,
@@ -28,7 +29,7 @@ _BINARY = {
     "arith.remsi": lambda a, b: a - b * int(a / b),
     "arith.maxsi": max, "arith.maxui": max, "arith.minsi": min, "arith.minui": min,
 }
-_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi",
+CAST_OPS = ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi",
           "arith.trunci")
 
 
@@ -50,7 +51,7 @@ class SizeExpr:
         if self.op == "const":
             return int(self.args[0])
         a, b = (e.evaluate(dims) for e in self.args)
-        return int(_BINARY[self.op](a, b))
+        return int(BINARY_OPS[self.op](a, b))
 
     def __str__(self) -> str:
         if self.op == "input":
@@ -76,9 +77,9 @@ def size_expr(value: ir.Value) -> SizeExpr:
                                   ir.IntegerAttr(op.attributes["index"]).value))
     if name == "arith.constant":
         return SizeExpr("const", (ir.IntegerAttr(op.attributes["value"]).value,))
-    if name in _CASTS:
+    if name in CAST_OPS:
         return size_expr(op.operands[0])
-    if name in _BINARY:
+    if name in BINARY_OPS:
         return SizeExpr(name, (size_expr(op.operands[0]), size_expr(op.operands[1])))
     raise UnsupportedDispatch(f"a dynamic size is computed by '{name}': not followed")
 

@@ -15,9 +15,10 @@ reads its operands only at its own index there, so the padded rows change no ele
 is kept. IREE then builds a kernel for the static shape (data tiling takes its narrow
 tiles: at one row the MLP's matmuls ran 5x faster), and the tuner sees static tasks.
 
-The extent is known to be the size only where the output's dynamic dim is a
-`tensor.dim` of the dispatcher's argument dimension (or another of its symbol); other ops
-stay dynamic in every branch.
+The extent is known to be the size where the output's dynamic dim is computed from the
+inputs' dims by integer arithmetic (a `tensor.dim` of one of the symbol's argument dims,
+a reshape's size computation) and equals the size at every size the branches serve
+(checked exhaustively, 1..64 at most); other ops stay dynamic in every branch.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Sequence
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
+from mlir_ansor.dialect_helpers.dynamic_sizes import BINARY_OPS, CAST_OPS
 from mlir_ansor.dialect_helpers.linalg_info import generic_forms
 from mlir_ansor.dialect_helpers.size_dispatch import (BODY_PREFIX, DispatcherError,
                                                       branch_by_size, entry_function,
@@ -62,15 +64,60 @@ def _constant_index(v: ir.Value) -> int | None:
     return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
 
 
-def _is_size(v: ir.Value, entry: ir.Block, same: set[tuple[int, int]]) -> bool:
-    """Whether `v` is `tensor.dim` of an entry argument dimension in `same`."""
+_PREDICATES = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b,
+               3: lambda a, b: a <= b, 4: lambda a, b: a > b, 5: lambda a, b: a >= b,
+               6: lambda a, b: a < b, 7: lambda a, b: a <= b, 8: lambda a, b: a > b,
+               9: lambda a, b: a >= b}  # arith.cmpi's predicates (6-9 unsigned)
+
+
+def _value_at(v: ir.Value, entry: ir.Block, same: set[tuple[int, int]], n: int,
+              memo: dict) -> int | None:
+    """The integer `v` holds when the size is `n` (None: not computed from the entry's
+    sizes and constants by ops followed here)."""
+    key = (v, n)
+    if key in memo:
+        return memo[key]
     op = v.owner
-    if isinstance(op, ir.Block) or op.name != "tensor.dim":
-        return False
-    src, index = op.operands
-    if not (isinstance(src.owner, ir.Block) and src.owner == entry):
-        return False
-    return (ir.BlockArgument(src).arg_number, _constant_index(index)) in same
+    out = None
+    if not isinstance(op, ir.Block):
+        name, args = op.name, list(op.operands)
+        if name == "tensor.dim":
+            src, index = args
+            if isinstance(src.owner, ir.Block) and src.owner == entry:
+                d = _constant_index(index)
+                t = ir.RankedTensorType(src.type)
+                if (ir.BlockArgument(src).arg_number, d) in same:
+                    out = n
+                elif d is not None and not t.is_dynamic_dim(d):
+                    out = t.shape[d]
+        elif name == "arith.constant":
+            out = _constant_index(v)
+        elif name in CAST_OPS:
+            out = _value_at(args[0], entry, same, n, memo)
+        elif name in BINARY_OPS or name in ("arith.cmpi", "arith.select"):
+            vals = [_value_at(a, entry, same, n, memo) for a in args]
+            if None not in vals:
+                try:
+                    if name == "arith.cmpi":
+                        pred = ir.IntegerAttr(op.attributes["predicate"]).value
+                        if pred < 6 or min(vals) >= 0:  # (unsigned: only where alike)
+                            out = int(_PREDICATES[pred](*vals))
+                    elif name == "arith.select":
+                        out = vals[1] if vals[0] else vals[2]
+                    else:
+                        out = int(BINARY_OPS[name](*vals))
+                except ZeroDivisionError:
+                    out = None
+    memo[key] = out
+    return out
+
+
+def _is_size(v: ir.Value, entry: ir.Block, same: set[tuple[int, int]], most: int,
+             memo: dict) -> bool:
+    """Whether `v` equals the size at every size 1..`most` (all a static branch serves):
+    a `tensor.dim` of one of the size's argument dims, or integer arithmetic on it (a
+    reshape's size computation), checked exhaustively."""
+    return all(_value_at(v, entry, same, n, memo) == n for n in range(1, most + 1))
 
 
 def _output_sizes(init: ir.Value) -> list[ir.Value] | None:
@@ -90,6 +137,8 @@ def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
     convolution, pooling) whose dynamic loops are all parallel with the size as extent, and
     how many were marked."""
     same = set(small.same)
+    most = max(small.tops)
+    memo: dict = {}
     with ir.Context():
         forms = generic_forms(model_mlir)
         if forms is None:
@@ -99,7 +148,7 @@ def mark_paddable(model_mlir: str, small: SmallSizes) -> tuple[str, int]:
         for op, gen in zip(forms.ops, forms.generics):
             if op.parent != entry:
                 continue
-            pads = _pad_dims(op, gen, entry.regions[0].blocks[0], same)
+            pads = _pad_dims(op, gen, entry.regions[0].blocks[0], same, most, memo)
             if pads is not None:
                 op.attributes[PAD_ATTR] = ir.ArrayAttr.get(
                     [ir.DenseI64ArrayAttr.get(p) for p in pads])
@@ -127,7 +176,7 @@ def _divides(gen: ir.Operation) -> bool:
 
 
 def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
-              same: set[tuple[int, int]]) -> list[list[int]] | None:
+              same: set[tuple[int, int]], most: int, memo: dict) -> list[list[int]] | None:
     """Per operand of `op`, its dims along the loops to pad; None where the op would not
     become static (a dynamic loop that is a reduction, or whose extent is not the size) or
     a padded loop is not a plain dim of some operand (a convolution's window reads
@@ -150,7 +199,8 @@ def _pad_dims(op: ir.Operation, gen: ir.Operation, entry: ir.Block,
     k = 0
     for j, e in enumerate(maps[-1].results):
         if out_type.is_dynamic_dim(j):
-            if not isinstance(e, ir.AffineDimExpr) or not _is_size(sizes[k], entry, same) \
+            if not isinstance(e, ir.AffineDimExpr) \
+                    or not _is_size(sizes[k], entry, same, most, memo) \
                     or "parallel" not in iterators[e.position]:
                 return None
             loops.add(e.position)
