@@ -236,6 +236,13 @@ def write_library(path: Path, entries: Sequence[TunedEntry]) -> Path | None:
     return path
 
 
+def _also_at(sets: list[dict[str, int]], symbol: str, sizes: set[int]
+             ) -> list[dict[str, int]]:
+    """`sets` and one more per size of `symbol` they do not check yet (`with_sizes`)."""
+    have = {s[symbol] for s in sets}
+    return with_sizes(sets, symbol, sorted(sizes - have))
+
+
 def model_e2e(state: RunState, ex: _Export, m: ModelIn,
               sizes_of: SizePlan | None = None) -> EndToEnd:
     """End-to-end check and timing of one model; drops the strategies that break it.
@@ -249,17 +256,13 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
         plan = sizes_of or ex.plans.get(m.name)
         if plan is not None:  # every branch is checked, at both of its ends
             lo, hi = m.dynamic.range_of(plan.symbol)
-            have = {s[plan.symbol] for s in sets}
-            ends = {x for r in plan.ranges(lo, hi) for x in r} - have
-            sets = with_sizes(sets, plan.symbol, sorted(ends))
+            sets = _also_at(sets, plan.symbol, {x for r in plan.ranges(lo, hi) for x in r})
         small = state.forms[m.name].small
         if small is not None:  # so is every static small-size branch, and the rest's start
             symbol = next(d.symbol for d, pos in zip(m.dynamic.dims, m.dynamic.positions)
                           if (pos, d.dim) == (small.arg, small.dim))
             lo, _ = m.dynamic.range_of(symbol)
-            have = {s[symbol] for s in sets}
-            bottoms = [lo] + [t + 1 for t in small.tops]
-            sets = with_sizes(sets, symbol, sorted({*bottoms, *small.tops} - have))
+            sets = _also_at(sets, symbol, {lo, *small.tops, *(t + 1 for t in small.tops)})
         for i, sizes in enumerate(sets):
             label = ", ".join(f"{s}={v}" for s, v in sizes.items())
             checks.append((label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))
