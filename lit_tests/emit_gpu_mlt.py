@@ -2,7 +2,9 @@
 # GPU "SSSRRSRS" on a 256^3 matmul for cuda: a block forall (blockIdx), a thread forall
 # (threadIdx) with the fill fused into the thread tile, the reduction tiled, the per-thread
 # tile vectorized, GPU bufferization, thread mapping with the block's thread counts, and
-# the same counts as the kernel's workgroup size.
+# the same counts as the kernel's workgroup size. What a thread's tile allocates (the fill's
+# destination: its accumulator) is bufferized to private memory first: IREE's GPU
+# bufferization would put it in workgroup memory, shared by the block's threads (a race).
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
@@ -32,7 +34,10 @@ print_gpu_strategy(ops, sketches[1], seed=1)
 # CHECK: transform.iree.populate_workgroup_count_region_using_num_threads_slice
 # CHECK: transform.structured.fuse_into_containing_op
 # CHECK: transform.structured.tile_using_forall {{.*}}(mapping = [#gpu.thread<y>, #gpu.thread<x>])
-# CHECK: transform.structured.fuse_into_containing_op
+# CHECK: %{{.*}}, %[[TF:.*]] = transform.structured.fuse_into_containing_op
+# CHECK: %[[E:.*]] = transform.structured.match ops{["tensor.empty"]} in %[[TF]]
+# CHECK: %[[U:.*]] = transform.get_consumers_of_result %[[E]][0]
+# CHECK: transform.structured.bufferize_to_allocation %[[U]] <memory_space = #gpu.address_space<private>, {{.*}}alloc_op = "memref.alloca", bufferize_destination_only>
 # CHECK: transform.structured.tile_using_for {{.*}} tile_sizes [0, 0, {{[0-9]+}}]
 # CHECK: transform.structured.vectorize
 # CHECK: transform.iree.bufferize <target_gpu>
@@ -41,16 +46,17 @@ print_gpu_strategy(ops, sketches[1], seed=1)
 # CHECK: transform.annotate %{{.*}} "translation_info"
 
 # With the shared-memory cache read: the reduction is tiled at block level, both inputs'
-# tiles are copied (nofold pads) by threads spread over the block, then the thread tiles
-# compute from them; the fill gets its own thread forall.
+# tiles are copied (linalg.copy into fresh tensors: workgroup buffers) by threads spread
+# over the block, each writing its piece in place, then the thread tiles compute from them;
+# the fill gets its own thread forall.
 print_gpu_strategy(ops, sketches[0], seed=1)
 # CHECK: // sketch: AddCacheReadShared+MultiLevelTilingGPU
 # CHECK: transform.structured.tile_using_forall {{.*}}#gpu.block
 # CHECK: transform.structured.tile_using_for {{.*}} tile_sizes [0, 0, {{[0-9]+}}]
-# CHECK: transform.structured.pad {{.*}} nofold_flags = [1, 1, 0]
-# CHECK: %[[A:.*]] = transform.get_producer_of_operand %{{.*}}[0]
+# CHECK-NOT: transform.structured.pad
+# CHECK: %[[A:.*]] = transform.iree.copy_tensor_operand %{{.*}}[0]
 # CHECK: transform.structured.tile_using_forall %[[A]] {{.*}}#gpu.thread
-# CHECK: %[[B:.*]] = transform.get_producer_of_operand %{{.*}}[1]
+# CHECK: %[[B:.*]] = transform.iree.copy_tensor_operand %{{.*}}[1]
 # CHECK: transform.structured.tile_using_forall %[[B]] {{.*}}#gpu.thread
 # CHECK: transform.structured.tile_using_forall {{.*}}#gpu.thread
 # CHECK: transform.iree.bufferize <target_gpu>

@@ -13,6 +13,7 @@ from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import SplitStep
 from mlir_ansor.sketch_passes.rules import CacheReadShared, default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.dialect_helpers.shared_stores import thread_invariant_shared_stores
 from mlir_ansor.tuner.compile_check import COMPILED, check_programs, codegen_task
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
@@ -66,9 +67,16 @@ def test_cuda_programs_compile_to_ptx(tools, tmp_path, name):
         assert task.sketches and all(s.gpu for s in task.sketches), task.skip_reason
         rng = random.Random(0)
         progs = [annotate(task.ops, task.sketches[i % len(task.sketches)], rng)
-                 for i in range(2)]
+                 for i in range(4)]
+        # Compiled, applied, and free of thread-invariant stores to shared memory (the
+        # check in check_programs: per-thread tiles and accumulators are private).
+        # A known gap: a plain sketch that recomputes a row statistic in every thread of a
+        # block (threads split the row) writes a block-level tensor; the check rejects it.
         checks = check_programs(task, progs, tmp_path, tools, "cuda", timeout_s=120)
-        assert [c.status for c in checks] == [COMPILED] * 2, [c.error for c in checks]
+        for p, c in zip(progs, checks):
+            assert c.status == COMPILED or (c.error.startswith("race:") and
+                                            p.sketch.name == "Plain"), c.error
+        assert sum(c.status == COMPILED for c in checks) >= 3, [c.error for c in checks]
         for i, p in enumerate(progs):
             (ptx,) = (tmp_path / task.task_id / f"check{i}" / "binaries").glob("*.ptx")
             text = ptx.read_text()
@@ -133,3 +141,50 @@ def test_cross_thread_reduction_compiles_to_ptx(tools, tmp_path):
         (ptx,) = (tmp_path / task.task_id / f"check{i}" / "binaries").glob("*.ptx")
         text = ptx.read_text()
         assert "%tid.x" in text and ".shared" in text and "bar.sync" in text
+
+
+SHARED_STORES = """
+func.func @k(%v: f32) {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %c1 = arith.constant 1 : index
+  %t = gpu.thread_id x
+  %buf = memref.alloc() : memref<64xf32, #gpu.address_space<workgroup>>
+  %acc = memref.alloc() : memref<4xf32, #gpu.address_space<workgroup>>
+  %priv = memref.alloca() : memref<4xf32, #gpu.address_space<private>>
+  %i = affine.apply affine_map<()[s0] -> (s0 * 2)>()[%t]
+  memref.store %v, %buf[%i] : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.for %j = %c0 to %c4 step %c1 {
+    memref.store %v, %acc[%j] : memref<4xf32, #gpu.address_space<workgroup>>
+    memref.store %v, %priv[%j] : memref<4xf32, #gpu.address_space<private>>
+  }
+  scf.for %j = %t to %c4 step %c1 {
+    memref.store %v, %acc[%j] : memref<4xf32, #gpu.address_space<workgroup>>
+  }
+  %zero = arith.constant 0.0 : f32
+  memref.store %zero, %acc[%c0] : memref<4xf32, #gpu.address_space<workgroup>>
+  %first = arith.cmpi ult, %t, %c1 : index
+  scf.if %first {
+    memref.store %v, %acc[%c0] : memref<4xf32, #gpu.address_space<workgroup>>
+  }
+  %sub = memref.subview %buf[%i] [2] [1] : memref<64xf32, #gpu.address_space<workgroup>> to memref<2xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+  memref.store %v, %sub[%c0] : memref<2xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+  return
+}
+"""
+
+
+def test_shared_store_check():
+    """Only the store every thread makes at one address of workgroup memory is flagged: an
+    address from the thread id (directly, through a loop's start or a view's offset), a
+    constant (an init), a store only thread 0 makes, private memory, and a kernel of one
+    thread pass."""
+    found = thread_invariant_shared_stores(SHARED_STORES)
+    assert len(found) == 1 and found[0].function == "k"
+    assert found[0].op.startswith("memref.store %arg0, %alloc_0[%arg1]"), found[0].op
+    assert "workgroup" in str(found[0])
+    one = SHARED_STORES.replace(
+        "func.func @k(%v: f32) {",
+        "func.func @k(%v: f32) attributes {translation_info = #iree_codegen.translation_info<"
+        "pipeline = #iree_codegen.no_pipeline workgroup_size = [1, 1, 1] subgroup_size = 32>} {")
+    assert thread_invariant_shared_stores(one) == []

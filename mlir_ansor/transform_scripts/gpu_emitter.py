@@ -53,15 +53,19 @@ def _tile_threads(target: ir.Value, sizes: Sequence[int], counts: Sequence[int]
     return op.results[0], op.results[1]
 
 
-def _distribute(target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
+def _distribute(tb: tbm.TB, target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
                 dims: Sequence[int]) -> ir.Value:
     """Spread an op whose block tile has `shape` over the block's threads: its last (up to
-    three) `parallel` loops get threadIdx.x/y/z with at most the block's thread counts
+    three) `parallel` loops of more than one iteration get threadIdx.x/y/z with at most the block's thread counts
     `dims` ([x, y, z]) iterations each, in static tiles (the smallest divisor of the extent
-    that fits), so no thread allocates a dynamic buffer. Returns the tiled op."""
+    that fits), so no thread allocates a dynamic buffer; what a thread allocates is
+    private. Returns the tiled op."""
     sizes = [0] * len(shape)
     mapped: dict[int, str] = {}
-    for l, n, name in zip(reversed(list(parallel)[-3:]), dims, "xyz"):
+    # Loops of one iteration are skipped: threadIdx.x goes to the innermost loop that has
+    # work (else every thread would copy the same elements).
+    spread = [l for l in reversed(list(parallel)) if shape[l] > 1][:3]
+    for l, n, name in zip(spread, dims, "xyz"):
         ext = shape[l]
         tile = next(t for t in range(1, ext + 1) if ext % t == 0 and ext // t <= n)
         if ext // tile > 1:
@@ -73,6 +77,7 @@ def _distribute(target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
                                 for l in sorted(mapped)])
     res = structured.TileUsingForallOp(tbm.any_op(), tbm.any_op(), target, tile_sizes=sizes,
                                        mapping=mapping)
+    tb.privatize(res.results[1])
     return res.results[0]
 
 
@@ -90,11 +95,6 @@ def _block_tiles(root: OpInfo, plan: TilePlan) -> dict[int, int]:
 
 def _operand_tile(o, tiles: dict[int, int]) -> list[int]:
     return [sum((tiles[d] - 1) * abs(c) for d, c in terms) + 1 for terms in o.map_results]
-
-
-def _zero(elem_type: str) -> ir.Attribute:
-    t = ir.Type.parse(elem_type)
-    return ir.FloatAttr.get(t, 0.0) if isinstance(t, ir.FloatType) else ir.IntegerAttr.get(t, 0)
 
 
 def _reduction_chunks(op: OpInfo) -> list[int]:
@@ -201,6 +201,7 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                         h[o.name], t_forall = tb.fuse_into(h[o.name], t_forall)
                 tb.patterns(func, tbm.tiling_cleanup())
                 tb.cse(func)
+                tb.privatize(t_forall)
             dedupe_fused(h, ops, plan.anchor)
 
             dims = (list(reversed(counts)) + [1, 1, 1])[:3]
@@ -212,22 +213,19 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                 if any(r0):
                     h[root.name], _ = tb.tile_for(h[root.name], r0)
                 if cache_read:
-                    # Cache read: a nofold copy of each input's tile (one per reduction step),
-                    # spread over the block's threads; GPU bufferization puts the copies in
-                    # workgroup memory, and thread mapping adds the barriers between foralls.
-                    pad = structured.PadOp(
-                        h[root.name], padding_values=[_zero(o.elem_type) for o in root.operands],
-                        padding_dimensions=list(range(len(root.extents))),
-                        nofold_flags=[0 if o.is_output else 1 for o in root.operands],
-                        copy_back_op="none")
-                    h[root.name] = pad.results[0]
+                    # Cache read: each input's tile of a reduction step copied into a fresh
+                    # tensor (a linalg.copy into a workgroup buffer after GPU bufferization),
+                    # the copy spread over the block's threads, each writing its piece in
+                    # place; thread mapping adds the barriers between foralls. (Tiles divide
+                    # the extents: the annotation draws divisors.)
                     tiles = _block_tiles(root, plan)
                     for i, o in enumerate(root.operands):
                         if not o.is_output:
                             shape = _operand_tile(o, tiles)
-                            copy = transform.GetProducerOfOperand(tbm.any_op(), h[root.name], i)
-                            _distribute(copy.result, shape, range(len(shape)), dims)
-                    h[root.name], _ = _tile_threads(h[root.name], sizes, counts)
+                            copy = tb.copy_operand(h[root.name], i)
+                            _distribute(tb, copy, shape, range(len(shape)), dims)
+                    h[root.name], r_forall = _tile_threads(h[root.name], sizes, counts)
+                    tb.privatize(r_forall)
                     out_shape = _operand_tile(root.output, tiles)
                     for o in ops:
                         # Ops shaped like the root's output tile (its init, a fused consumer)
@@ -236,7 +234,8 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                             shape = [out_shape[o.output_dim_of_loop(l)]
                                      if o.output_dim_of_loop(l) is not None else o.extents[l]
                                      for l in range(len(o.extents))]
-                            h[o.name] = _distribute(h[o.name], shape, o.parallel_dims, dims)
+                            h[o.name] = _distribute(tb, h[o.name], shape, o.parallel_dims,
+                                                    dims)
                 s2 = plan.base_sizes(2)  # the vthread loop around the inner tile
                 if any(s2):
                     h[root.name], _ = tb.tile_for(h[root.name], s2)
