@@ -149,7 +149,9 @@ def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
         name = r.get("name", "")
         if r is not cand and "_c" in name and r["status"] == "ok":
             r["latency_s"] = 2 * defaults[name.rsplit("_c", 1)[0]]
+            r["samples_s"] = [r["latency_s"]]
     cand["latency_s"] = default["latency_s"] / 2
+    cand["samples_s"] = [cand["latency_s"]]  # faster in every repetition
     faked = tmp_path / "results.jsonl"
     faked.write_text("".join(json.dumps(r) + "\n" for r in lines))
     text = offline.finish(prepared, faked)
@@ -161,3 +163,29 @@ def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
     assert names == ["model_default", "model_tuned"]
     assert _run_batch(prepared / "e2e_batch", "--tools", TOOLS).returncode == 0
     assert "both matched torch" in offline.report(prepared)
+
+
+def test_a_win_within_the_timing_jitter_is_not_kept(prepared, tmp_path):
+    """A candidate whose median beats IREE's default but one of whose repetitions is no
+    faster than the default's fastest: jitter, not a win (finish keeps the default)."""
+    batch = prepared / "batch"
+    if not (batch / "results.jsonl").exists():
+        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
+    run = tmp_path / "run"
+    shutil.copytree(prepared, run)
+    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
+        (run / name).unlink(missing_ok=True)
+    shutil.rmtree(run / "e2e_batch", ignore_errors=True)
+    lines = [json.loads(x) for x in (batch / "results.jsonl").read_text().splitlines()]
+    defaults = {r["name"][:-len("_default")]: r for r in lines
+                if r.get("name", "").endswith("_default")}
+    for r in lines:
+        name = r.get("name", "")
+        if "_c" in name and r["status"] == "ok":
+            d = defaults[name.rsplit("_c", 1)[0]]
+            r["latency_s"] = d["latency_s"] / 2
+            r["samples_s"] = [d["latency_s"] / 2] * 4 + [min(d["samples_s"])]
+    faked = tmp_path / "results.jsonl"
+    faked.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = offline.finish(run, faked)
+    assert "0 strategies" in text and "tuned " not in text, text

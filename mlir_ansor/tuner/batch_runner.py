@@ -144,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         wheels = sorted(glob.glob(str(HERE / "wheels" / "*.whl")))
         if not wheels:
             sys.exit("run_batch: --install, but the batch carries no wheel")
+        # --no-index: a device behind a batch queue often has no route to an index, and
+        # pip would spend minutes retrying one.
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                        "--find-links", str(HERE / "wheels"),
+                        "--no-index", "--find-links", str(HERE / "wheels"),
                         f"iree-base-runtime=={m['iree_runtime']}"], check=True)
     tools = find_tools(args.tools)
     kind, desc = device_kind(m["device"])
