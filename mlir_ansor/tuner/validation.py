@@ -19,9 +19,9 @@ from typing import Sequence
 import numpy as np
 from iree.compiler import ir
 
+from mlir_ansor.dialect_helpers.dynamic_sizes import CAST_OPS
+
 SIGNED_INT_RANGE = 64  # non-index integers are drawn from [-64, 64]
-_CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui",
-          "arith.trunci"}
 
 
 def _index_bound(value: ir.Value) -> int | None:
@@ -30,7 +30,7 @@ def _index_bound(value: ir.Value) -> int | None:
     for use in value.uses:
         user = use.owner
         name = user.name
-        if name in _CASTS:
+        if name in CAST_OPS:
             b = _index_bound(user.results[0])
         elif name == "tensor.extract" and use.operand_number > 0:
             shape = ir.RankedTensorType(user.operands[0].type).shape
