@@ -13,6 +13,7 @@ from mlir_ansor.sketch_passes.mutations import crossover, mutate
 from mlir_ansor.sketch_passes.program import SplitStep
 from mlir_ansor.sketch_passes.rules import CacheReadShared, default_gpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.targets import get_target
 from mlir_ansor.dialect_helpers.shared_stores import thread_invariant_shared_stores
 from mlir_ansor.tuner.compile_check import COMPILED, check_programs, codegen_task
 from mlir_ansor.tuner.frontend import import_model
@@ -104,17 +105,20 @@ def test_cross_thread_annotation():
 
 
 def test_gpu_programs_mutate_and_cross():
-    """GPU programs evolve: mutations and crossover give valid, different programs, and
-    `violations` rejects a block of too many threads."""
+    """GPU programs evolve: mutations and crossover (for the cuda target, as the offline
+    rounds run them) give valid, different programs, and `violations` rejects a block of
+    too many threads."""
+    cuda = get_target("cuda")
     for text in (MATMUL, ROW_SUM):
         ops, sks = _gpu_sketches(text)
         rng = random.Random(1)
         for sk in sks:
-            progs = [annotate(ops, sk, rng) for _ in range(6)]
-            children = [c for p in progs for c in [mutate(ops, p, rng)] if c is not None]
-            assert len(children) >= 4, sk.name
-            assert all(violations(ops, c) == [] for c in children)
-            kids = [crossover(ops, a, b, rng) for a, b in zip(progs, progs[1:])]
+            progs = [annotate(ops, sk, rng, target=cuda) for _ in range(12)]
+            children = [c for p in progs for c in [mutate(ops, p, rng, target=cuda)]
+                        if c is not None]
+            assert len(children) >= 8, sk.name
+            assert all(violations(ops, c, target=cuda) == [] for c in children)
+            kids = [crossover(ops, a, b, rng, target=cuda) for a, b in zip(progs, progs[1:])]
             assert all(violations(ops, k) == [] for k in kids if k is not None)
     ops, sks = _gpu_sketches(MATMUL)
     p = annotate(ops, sks[1], random.Random(0))

@@ -98,7 +98,9 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
             return None
         new = SplitStep(step.op, step.loop, (k, one, rng.choice(sizes)))
         return _checked(ops, _replace(prog, step, new), target)
-    if prog.sketch.root and not prog.peeled(base.name) and rng.random() < BLOCK_SWITCH and \
+    # Blocked register tiles are a CPU micro-kernel form; GPU sketches have none.
+    if prog.sketch.root and not prog.sketch.gpu and not prog.peeled(base.name) and \
+            rng.random() < BLOCK_SWITCH and \
             step.loop in block_candidates(base, prog.sketch, target=target):
         return _block(ops, prog, base, step, rng, target)
     levels = split_levels(base, step)
