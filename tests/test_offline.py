@@ -189,3 +189,32 @@ def test_a_win_within_the_timing_jitter_is_not_kept(prepared, tmp_path):
     faked.write_text("".join(json.dumps(r) + "\n" for r in lines))
     text = offline.finish(run, faked)
     assert "0 strategies" in text and "tuned " not in text, text
+
+
+def test_a_second_round_from_the_cost_model(prepared, tmp_path):
+    """`next`: the first round's results train the cost model, which picks the second
+    round's programs (none measured before); the device runs that batch too, and `finish`
+    weighs both rounds, each against its own default."""
+    batch = prepared / "batch"
+    if not (batch / "results.jsonl").exists():
+        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
+    run = tmp_path / "run"
+    shutil.copytree(prepared, run)
+    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
+        (run / name).unlink(missing_ok=True)
+    r2 = offline.next_round(run, 4)
+    assert r2 == run / "batch_r2"
+    assert json.loads((run / "offline.json").read_text())["rounds"] == ["batch", "batch_r2"]
+    first = {i["program_key"] for i in json.loads((batch / "manifest.json").read_text())["items"]
+             if i["program"] is not None}
+    items = json.loads((r2 / "manifest.json").read_text())["items"]
+    second = {i["program_key"] for i in items if i["program"] is not None}
+    assert sum(i["program"] is None for i in items) == 2 and len(second) >= 3
+    assert not first & second
+    assert _run_batch(r2, "--tools", TOOLS).returncode == 0
+    text = offline.finish(run)
+    assert "(round 2)" in text
+    recs = (run / "records.jsonl").read_text().splitlines()
+    assert len(recs) == len(first) + len(second)
+    with pytest.raises(offline.UsageError, match="--trials"):
+        offline.next_round(run, 0)
