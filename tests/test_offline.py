@@ -30,6 +30,22 @@ def _run_batch(batch: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+def _fresh_run(prepared: Path, tmp_path: Path) -> Path:
+    """A copy of the prepared run whose first batch has run, without the records, library
+    and end-to-end batch an earlier test may have made from the real results: only what a
+    test fakes must decide (else the real timings do, and on a machine where no candidate
+    beats IREE's default nothing is handed back)."""
+    batch = prepared / "batch"
+    if not (batch / "results.jsonl").exists():
+        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
+    run = tmp_path / "run"
+    shutil.copytree(prepared, run)
+    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
+        (run / name).unlink(missing_ok=True)
+    shutil.rmtree(run / "e2e_batch", ignore_errors=True)
+    return run
+
+
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     out = tmp_path_factory.mktemp("offline") / "run"
@@ -125,17 +141,7 @@ def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
     device's results): finish keeps it, and the model built with the library has it applied
     and matches torch in the end-to-end batch."""
     batch = prepared / "batch"
-    if not (batch / "results.jsonl").exists():
-        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
-    # A copy of the prepared run without the records an earlier test may have imported
-    # from the real results: only the faked ones must decide (else the real timings do,
-    # and on a machine where no candidate beats IREE's default nothing is handed back).
-    run = tmp_path / "run"
-    shutil.copytree(prepared, run)
-    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
-        (run / name).unlink(missing_ok=True)
-    shutil.rmtree(run / "e2e_batch", ignore_errors=True)
-    prepared = run
+    prepared = _fresh_run(prepared, tmp_path)
     lines = [json.loads(x) for x in (batch / "results.jsonl").read_text().splitlines()]
     default = next(r for r in lines if r.get("name", "").endswith("_default"))
     task = default["name"][:-len("_default")]
@@ -169,13 +175,7 @@ def test_a_win_within_the_timing_jitter_is_not_kept(prepared, tmp_path):
     """A candidate whose median beats IREE's default but one of whose repetitions is no
     faster than the default's fastest: jitter, not a win (finish keeps the default)."""
     batch = prepared / "batch"
-    if not (batch / "results.jsonl").exists():
-        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
-    run = tmp_path / "run"
-    shutil.copytree(prepared, run)
-    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
-        (run / name).unlink(missing_ok=True)
-    shutil.rmtree(run / "e2e_batch", ignore_errors=True)
+    run = _fresh_run(prepared, tmp_path)
     lines = [json.loads(x) for x in (batch / "results.jsonl").read_text().splitlines()]
     defaults = {r["name"][:-len("_default")]: r for r in lines
                 if r.get("name", "").endswith("_default")}
@@ -196,12 +196,7 @@ def test_a_second_round_from_the_cost_model(prepared, tmp_path):
     round's programs (none measured before); the device runs that batch too, and `finish`
     weighs both rounds, each against its own default."""
     batch = prepared / "batch"
-    if not (batch / "results.jsonl").exists():
-        assert _run_batch(batch, "--tools", TOOLS).returncode == 0
-    run = tmp_path / "run"
-    shutil.copytree(prepared, run)
-    for name in ("records.jsonl", "tuned_library.mlir", "build.sh"):
-        (run / name).unlink(missing_ok=True)
+    run = _fresh_run(prepared, tmp_path)
     r2 = offline.next_round(run, 4)
     assert r2 == run / "batch_r2"
     assert json.loads((run / "offline.json").read_text())["rounds"] == ["batch", "batch_r2"]
