@@ -122,11 +122,9 @@ def prepare(model: str, target: str, trials: int, out: Path, seed: int = 0,
         return progs
 
     progs = {p.task.key: draw(p, n) for p, n in zip(tasks, _shares(trials, len(tasks)))}
-    batch = _write_round(out, "batch", tasks, progs, target, seed, tools, wheels)
+    batch, bid = _write_round(out, "batch", tasks, progs, target, seed, tools, wheels)
     (out / STATE).write_text(json.dumps({"model": model, "target": target, "seed": seed,
-                                         "batch": json.loads((batch / "manifest.json")
-                                                             .read_text())["batch"],
-                                         "rounds": ["batch"]}, indent=1))
+                                         "batch": bid, "rounds": ["batch"]}, indent=1))
     return batch
 
 
@@ -136,10 +134,10 @@ def _shares(trials: int, n_tasks: int) -> list[int]:
 
 def _write_round(out: Path, name: str, tasks: list[Prepared], progs: dict[str, list[Program]],
                  target: str, seed: int, tools: Toolchain, wheels: tuple[Path, ...] = ()
-                 ) -> Path:
+                 ) -> tuple[Path, str]:
     """Compile `progs` (per task key) for `target`, and write the batch `out/name` with
     IREE's default of every task (each round times its own defaults: timings from
-    different runs do not compare)."""
+    different runs do not compare); returns its folder and id."""
     items, cfg, work = [], MeasureConfig(), out / "tasks"
     for p in tasks:
         t = p.task
@@ -166,7 +164,7 @@ def _write_round(out: Path, name: str, tasks: list[Prepared], progs: dict[str, l
     print(f"batch {bid}: {n_cand} candidates and {len(tasks)} defaults of {len(tasks)} tasks "
           f"for {target} in {batch}\non the device: python run_batch.py [--install | --tools "
           f"DIR]; then: python -m mlir_ansor.offline next|finish {out}")
-    return batch
+    return batch, bid
 
 
 def next_round(out: Path, trials: int, results: Path | None = None,
@@ -194,9 +192,8 @@ def next_round(out: Path, trials: int, results: Path | None = None,
     progs = {p.task.key: pol.propose(n, measured, records)
              for p, pol, n in zip(tasks, policies, _shares(trials, len(tasks)))}
     name = f"batch_r{len(rounds) + 1}"
-    batch = _write_round(out, name, tasks, progs, st["target"], seed, tools, wheels)
-    st.update(rounds=[*rounds, name],
-              batch=json.loads((batch / "manifest.json").read_text())["batch"])
+    batch, bid = _write_round(out, name, tasks, progs, st["target"], seed, tools, wheels)
+    st.update(rounds=[*rounds, name], batch=bid)
     (out / STATE).write_text(json.dumps(st, indent=1))
     print(search.line())
     return batch

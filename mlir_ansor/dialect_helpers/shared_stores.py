@@ -71,9 +71,9 @@ def _threads(func: ir.Operation) -> int | None:
     return int(m[1]) * int(m[2]) * int(m[3]) if m else None
 
 
-def _is_constant(value: ir.Value) -> bool:
+def _defined_by(value: ir.Value, op_name: str) -> bool:
     owner = value.owner
-    return not isinstance(owner, ir.Block) and owner.name == "arith.constant"
+    return not isinstance(owner, ir.Block) and owner.name == op_name
 
 
 _EQ, _SLT, _ULT = 0, 2, 6  # arith.cmpi predicates
@@ -85,16 +85,14 @@ def _one_thread(op: ir.Operation) -> bool:
     one thread dimension; the others are assumed to be 1 there."""
     parent = op.parent
     while parent is not None and parent.name != "func.func":
-        if parent.name == "scf.if":
+        if parent.name == "scf.if" and _defined_by(parent.operands[0], "arith.cmpi"):
             cond = parent.operands[0].owner
-            if not isinstance(cond, ir.Block) and cond.name == "arith.cmpi":
-                pred = ir.IntegerAttr(cond.attributes["predicate"]).value
-                lhs, rhs = (x.owner for x in cond.operands)
-                if (not isinstance(lhs, ir.Block) and lhs.name == "gpu.thread_id"
-                        and not isinstance(rhs, ir.Block) and rhs.name == "arith.constant"):
-                    bound = ir.IntegerAttr(rhs.attributes["value"]).value
-                    if (pred == _EQ and bound == 0) or (pred in (_SLT, _ULT) and bound == 1):
-                        return True
+            pred = ir.IntegerAttr(cond.attributes["predicate"]).value
+            lhs, rhs = cond.operands
+            if _defined_by(lhs, "gpu.thread_id") and _defined_by(rhs, "arith.constant"):
+                bound = ir.IntegerAttr(rhs.owner.attributes["value"]).value
+                if (pred == _EQ and bound == 0) or (pred in (_SLT, _ULT) and bound == 1):
+                    return True
         parent = parent.parent
     return False
 
@@ -134,7 +132,7 @@ def thread_invariant_shared_stores(module_text: str) -> list[SharedStore]:
                 if o.name == "vector.maskedstore":
                     indices = indices[:-2]  # mask and value come last
                 value = o.operands[-1 if o.name == "vector.maskedstore" else 0]
-                if _is_constant(value):
+                if _defined_by(value, "arith.constant"):
                     return  # every thread writing one constant (an init) is benign
                 if _one_thread(o):
                     return

@@ -121,16 +121,13 @@ class TB:
             for b in builders:
                 b()
 
-    def to_allocation(self, target: ir.Value, space: str, destination_only: bool = False
-                      ) -> ir.Value:
+    def to_private(self, target: ir.Value, destination_only: bool = False) -> None:
         """Bufferize `target` (a tensor.pad, or with `destination_only` the destinations of a
-        destination-style op) into a new buffer of GPU address space `space` (`private`: an
-        alloca, `workgroup`: an alloc); returns the new ops (the copy into it among them)."""
-        op = structured.BufferizeToAllocationOp(
-            target, memory_space=ir.Attribute.parse(f"#gpu.address_space<{space}>"),
-            alloc_op="memref.alloca" if space == "private" else "memref.alloc",
-            memcpy_op="linalg.copy", bufferize_destination_only=destination_only or None)
-        return op.results[1]
+        destination-style op) into a new private buffer (an alloca)."""
+        structured.BufferizeToAllocationOp(
+            target, memory_space=ir.Attribute.parse("#gpu.address_space<private>"),
+            alloc_op="memref.alloca", memcpy_op="linalg.copy",
+            bufferize_destination_only=destination_only or None)
 
     def privatize(self, forall: ir.Value) -> None:
         """Every tensor a thread's loop body creates (the destination of a fill or another
@@ -141,8 +138,8 @@ class TB:
         statistic the thread tiling does not slice); check_programs rejects those."""
         empties = self.match_names(forall, ["tensor.empty"])
         users = transform.GetConsumersOfResult(any_op(), empties, 0).result
-        self.to_allocation(users, "private", destination_only=True)
-        self.to_allocation(self.match_names(forall, ["tensor.pad"]), "private")
+        self.to_private(users, destination_only=True)
+        self.to_private(self.match_names(forall, ["tensor.pad"]))
 
     def copy_operand(self, target: ir.Value, operand: int) -> ir.Value:
         """Copy operand `operand` of the op into a new tensor the op reads instead (IREE

@@ -56,10 +56,10 @@ def _tile_threads(target: ir.Value, sizes: Sequence[int], counts: Sequence[int]
 def _distribute(tb: tbm.TB, target: ir.Value, shape: Sequence[int], parallel: Sequence[int],
                 dims: Sequence[int]) -> ir.Value:
     """Spread an op whose block tile has `shape` over the block's threads: its last (up to
-    three) `parallel` loops of more than one iteration get threadIdx.x/y/z with at most the block's thread counts
-    `dims` ([x, y, z]) iterations each, in static tiles (the smallest divisor of the extent
-    that fits), so no thread allocates a dynamic buffer; what a thread allocates is
-    private. Returns the tiled op."""
+    three) `parallel` loops of more than one iteration get threadIdx.x/y/z with at most the
+    block's thread counts `dims` ([x, y, z]) iterations each, in static tiles (the smallest
+    divisor of the extent that fits), so no thread allocates a dynamic buffer; what a thread
+    allocates is private. Returns the tiled op."""
     sizes = [0] * len(shape)
     mapped: dict[int, str] = {}
     # Loops of one iteration are skipped: threadIdx.x goes to the innermost loop that has
