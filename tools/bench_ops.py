@@ -1,12 +1,14 @@
 """Benchmark of the paper's operator suite (mlir_ansor.examples.operators): per workload,
-the best of N random programs (per task, spread by the task scheduler) against IREE's
+the best of N programs (random ones, the paper's setup, or with `--policy evolution` the
+tuner's default search on the cost model; spread over tasks by the task scheduler) against IREE's
 default and torch eager, end to end and side by side (the tuner's e2e step), and the rate of
 sampled programs that compiled, were confirmed applied and validated.
 
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
+  python tools/bench_ops.py --trials 48 --policy evolution  # the tuner's default search
 
-Each workload is a normal `python -m mlir_ansor.tune` run (policy random) under
+Each workload is a normal `python -m mlir_ansor.tune` run (`--policy`) under
 OUT/<workload> (default bench_out/ops, ignored by git); an interrupted benchmark keeps the
 rows already in OUT/summary.json and resumes the rest (failed rows are run again). Its
 latencies are the tuner's own end-to-end step, which times a module only after it compiled,
@@ -33,20 +35,21 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
+def bench_workload(name: str, trials: int, out: Path, seed: int, policy: str) -> dict:
     """One workload's row; a row with "failed" set when the tuner or a check failed."""
     run_dir = out / name
     report_file = run_dir / "report.json"
     report_file.unlink(missing_ok=True)  # only a report this run writes counts
     row = {"workload": name, "operator": SUITE[name].operator}
-    rc, last = run_tuner([name, "--trials", str(trials), "--policy", "random", "--out",
+    rc, last = run_tuner([name, "--trials", str(trials), "--policy", policy, "--out",
                           str(run_dir), "--seed", str(seed), "--batch", "8"])
     if rc != 0:
         return {**row, "failed": f"the tuner exited with {rc}: {last}"}
     # The tuner writes report.json only after its end-to-end step: the tuned module
     # compiled, the strategies it carries were confirmed applied in IREE's configuration
     # dump, and its outputs matched torch's.
-    e2e = json.loads(report_file.read_text())["e2e"].get(name)
+    report = json.loads(report_file.read_text())
+    e2e = report["e2e"].get(name)
     if e2e is None:
         return {**row, "failed": "report.json has no end-to-end result for it"}
     library = run_dir / "tuned_library.mlir"
@@ -65,7 +68,27 @@ def bench_workload(name: str, trials: int, out: Path, seed: int) -> dict:
             "valid": statuses.get("ok", 0) / total if total else 0.0,
             "failures": dict((k, v) for k, v in statuses.items() if k != "ok"),
             "torch_s": e2e["torch_s"], "default_s": e2e["default_s"], "tuned_s": e2e["tuned_s"],
-            "applied": len(e2e["applied"]), "handed_back": e2e["handed_back"]}
+            "applied": len(e2e["applied"]), "handed_back": e2e["handed_back"],
+            "flops": model_flops(report, name), "peak_gflops": report.get("peak_gflops"),
+            "policy": policy}
+
+
+def roof(r: dict, seconds: float) -> str:
+    """GFLOP/s of a call and its share of the peak measured in the same tuner run (the
+    roofline columns; '-' for rows saved before they were recorded)."""
+    if not r.get("flops"):
+        return f"{'-':>8s} {'-':>7s}"
+    g = r["flops"] / seconds / 1e9
+    share = f"{100 * g / r['peak_gflops']:6.1f}%" if r.get("peak_gflops") else f"{'-':>7s}"
+    return f"{g:8.1f} {share}"
+
+
+def model_flops(report: dict, model: str) -> float:
+    """FLOPs of one call of the model: its tasks' (dispatches') FLOPs times how often the
+    model runs each (the report's weight; a task shared by several models is counted once
+    per run of this one, which the suite's one-model runs make exact)."""
+    return sum(float(t["MFLOP"]) * 1e6 * t["weight"] for t in report["tasks"]
+               if model in t.get("models", model).split(","))
 
 
 def delivered_s(r: dict) -> float:
@@ -79,7 +102,10 @@ def delivered_s(r: dict) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=200, help="random programs per workload")
+    ap.add_argument("--trials", type=int, default=200, help="programs measured per workload")
+    ap.add_argument("--policy", choices=["random", "evolution"], default="random",
+                    help="random programs (the paper's setup, default) or the tuner's "
+                         "evolutionary search on the cost model")
     ap.add_argument("--only", nargs="*", default=[], help="operators (e.g. C2D TBS)")
     ap.add_argument("--out", type=Path, default=Path("bench_out/ops"))
     ap.add_argument("--seed", type=int, default=0)
@@ -94,21 +120,22 @@ def main() -> int:
     rows = []
     for name in names:
         if name in done and "failed" not in done[name] and \
-                done[name]["trials"] >= min(args.trials, 1):
+                done[name]["trials"] >= min(args.trials, 1) and \
+                done[name].get("policy", "random") == args.policy:
             rows.append(done[name])  # measured by an earlier, interrupted run
             continue
         print(f"=== {name}", flush=True)
-        rows.append(bench_workload(name, args.trials, args.out, args.seed))
+        rows.append(bench_workload(name, args.trials, args.out, args.seed, args.policy))
         summary.write_text(json.dumps(rows + [r for n, r in done.items()
                                               if n not in {x["workload"] for x in rows}],
                                       indent=2))
-    print(f"\nOperator suite, {args.trials} random trials per workload, llvm-cpu (latencies: "
+    print(f"\nOperator suite, {args.trials} trials per workload ({args.policy}), llvm-cpu (latencies: "
           "lower quartile of all repetitions, measured side by side in one run per "
           "workload; 'tuned' is the module compiled with the exported library, 'handed "
           "back' the one the tool returns: IREE's default where the tuned module was slower end to end)")
     hdr = (f"{'workload':15s} {'trials':>6s} {'valid':>6s} {'torch ms':>9s} {'IREE ms':>9s} "
-           f"{'tuned ms':>9s} {'tuned/IREE':>10s} {'back/IREE':>9s} {'back/torch':>10s}  "
-           "failures")
+           f"{'tuned ms':>9s} {'tuned/IREE':>10s} {'back/IREE':>9s} {'back/torch':>10s} "
+           f"{'GFLOP/s':>8s} {'of peak':>7s} {'torch %':>7s}  failures")
     print(hdr)
     failed = [r for r in rows if "failed" in r]
     for r in failed:
@@ -119,7 +146,8 @@ def main() -> int:
         print(f"{r['workload']:15s} {r['trials']:6d} {valid} "
               f"{r['torch_s'] * 1e3:9.3f} {r['default_s'] * 1e3:9.3f} {r['tuned_s'] * 1e3:9.3f} "
               f"{r['default_s'] / r['tuned_s']:9.2f}x {r['default_s'] / delivered_s(r):8.2f}x "
-              f"{r['torch_s'] / delivered_s(r):9.2f}x  {r['failures'] or ''}")
+              f"{r['torch_s'] / delivered_s(r):9.2f}x {roof(r, delivered_s(r))} "
+              f"{roof(r, r['torch_s'])[-7:]}  {r['failures'] or ''}")
     print(f"\n{'operator':10s} {'valid':>6s} {'tuned/IREE':>10s} {'back/IREE':>9s} "
           f"{'back/torch':>10s}  (geometric means)")
     groups = {op: [r for r in rows if r["operator"] == op]
