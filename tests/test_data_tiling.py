@@ -80,6 +80,14 @@ def test_a_data_tiled_run_builds_every_module_with_the_flag(tmp_path):
     assert any(s.startswith("left to IREE's data tiling (executable") for s in status), status
     assert "status in full:" in (out / "report.txt").read_text()
     assert "IREE data tiling of" in res.stdout
+    # Where the run's time went, stage by stage (the report stage itself excepted).
+    stages = report["stage_s"]
+    assert {"load", "import", "layout", "layout/default check", "layout/data tiling", "tasks",
+            "search", "hand back", "hand back/re-time", "hand back/end to end"} <= set(stages)
+    for parent in ("layout", "hand back"):
+        subs = sum(v for k, v in stages.items() if k.startswith(parent + "/"))
+        assert 0 < subs <= stages[parent] + 1e-6, stages
+    assert "Run wall time by stage: load " in (out / "report.txt").read_text()
     # The checked module ran IREE's data-tiled (mmt4d) kernel for the Linear.
     configs = (out / "e2e" / "tuned_configs")
     assert any("mmt4d" in p.read_text() for p in configs.glob("*.mlir"))

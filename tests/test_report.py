@@ -58,6 +58,17 @@ def test_wall_time_accumulates_per_part():
             pass
 
 
+def test_stage_times_nest_under_their_stage():
+    from mlir_ansor.tuner.wall_time import WallTime
+
+    clock = WallTime()
+    for name in ("import", "hand back", "hand back/re-time", "hand back/re-time"):
+        with clock.stage(name):
+            pass
+    clock.stages.update({"import": 2.0, "hand back": 10.0, "hand back/re-time": 7.5})
+    assert clock.stage_line() == "import 2.0 s, hand back 10.0 s (re-time 7.5 s), total 12.0 s"
+
+
 def test_a_long_status_is_shortened_at_a_clause():
     from mlir_ansor.tuner.stages.reporting import short_status
 

@@ -297,14 +297,16 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
     dispatches are one task. `factory` (returns (model, inputs)) replaces loading the model."""
     state = start(opts, reporter)
     try:
-        state = load_models(state, factory)
+        with state.clock.stage("load"):
+            state = load_models(state, factory)
         for i, (name, detail, stage) in enumerate(STAGES, 1):
             if name == "report" and opts.ray:
                 state = replace(state, notes=state.notes + (remote_note(state),))
             state.report(StageStarted(i, len(STAGES), name, detail.format(
                 models=", ".join(m.name for m in state.models), tunable=len(state.tunable),
                 tasks=len(state.tasks), trials=opts.trials)))
-            state = stage(state)
+            with state.clock.stage(name):  # (the report stage writes before it ends)
+                state = stage(state)
     finally:
         state.report.close()
         if opts.ray and state.builder is not None:

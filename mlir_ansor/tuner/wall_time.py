@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 PARTS = ("compile", "measure", "train", "search")
@@ -18,6 +18,9 @@ class WallTime:
     measure: float = 0.0  # the runner: validation and timing, one candidate at a time
     train: float = 0.0  # fitting the cost model
     search: float = 0.0  # proposing programs, training excluded
+    # The whole run by stage (import, layout, tasks, search, hand back) and the hand-back's
+    # steps ("hand back/re-time", ...): where a run's time goes beyond the search.
+    stages: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def timing(self, part: str) -> Iterator[None]:
@@ -28,6 +31,25 @@ class WallTime:
             yield
         finally:
             setattr(self, part, getattr(self, part) + time.monotonic() - start)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - start
+
+    def stage_line(self) -> str:
+        """'import 20.1 s, ..., hand back 300.2 s (re-time 250.0 s, ...), total 400.3 s'."""
+        top = {k: v for k, v in self.stages.items() if "/" not in k}
+        parts = []
+        for name, s in top.items():
+            subs = [(k.split("/", 1)[1], v) for k, v in self.stages.items()
+                    if k.startswith(name + "/")]
+            inner = f" ({', '.join(f'{k} {v:.1f} s' for k, v in subs)})" if subs else ""
+            parts.append(f"{name} {s:.1f} s{inner}")
+        return ", ".join(parts + [f"total {sum(top.values()):.1f} s"])
 
     def line(self) -> str:
         total = sum(getattr(self, p) for p in PARTS) or 1.0

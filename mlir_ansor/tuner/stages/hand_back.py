@@ -381,9 +381,11 @@ def torch_per_task(state: RunState) -> dict[str, tuple[str, float]]:
 
 
 def hand_back(state: RunState) -> RunState:
-    opts = state.opts
-    best, at = retime_best(state)
-    torch = torch_per_task(state)  # right after, on the same machine state
+    opts, clock = state.opts, state.clock
+    with clock.stage("hand back/re-time"):
+        best, at = retime_best(state)
+    with clock.stage("hand back/torch ops"):
+        torch = torch_per_task(state)  # right after, on the same machine state
     timed = {k: (d, b) for k, (d, b, _) in best.items()}
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
@@ -398,13 +400,15 @@ def hand_back(state: RunState) -> RunState:
             for key in plan.choices:  # what the branches run, weighed
                 timed[key] = (timed[key][0], planned_latency(state, key, plan, at[key]))
     ex = _Export(state, timed, winners, plans)
-    e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
+    with clock.stage("hand back/end to end"):
+        e2es = {m.name: model_e2e(state, ex, m) for m in state.models}
     compared: dict[str, tuple[float, float]] = {}
     rejected: dict[str, SizePlan] = {}
     if plans and all(m.name in plans and e2es[m.name].measured for m in state.models):
         # (Strategies are shared between models: with or without dispatchers, all alike.)
         try:
-            alt, alt_e2es, folders = _without_dispatcher(state, plans, single, winners)
+            with clock.stage("hand back/without dispatcher"):
+                alt, alt_e2es, folders = _without_dispatcher(state, plans, single, winners)
         except (CompileError, DefaultModuleError) as e:  # the dispatcher form stands
             state.report(Note(f"the forms without a size dispatcher failed ({e}): the "
                               "dispatcher is kept"))

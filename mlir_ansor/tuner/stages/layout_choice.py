@@ -43,13 +43,16 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         notes.append(f"Layout rewrite skipped for {m.name}: its choice times whole models, "
                      "and this target's modules run here only under emulation")
     # Before any tuning: IREE's default build runs the example and matches torch.
-    plain = check_default(tools, m.model, m.inputs, base, m.baseline_dir, state.cfg)
+    clock = state.clock
+    with clock.stage("layout/default check"):
+        plain = check_default(tools, m.model, m.inputs, base, m.baseline_dir, state.cfg)
     activation = None
     if relayout and channels_first_convs(base.read_text()):
         try:
-            activation = choose_activation_layout(
-                base, save_inputs(m.inputs, m.dir / "e2e"), m.dir / "e2e" / "layout", tools,
-                state.cfg, plain_vmfb=plain)
+            with clock.stage("layout/channels-last"):
+                activation = choose_activation_layout(
+                    base, save_inputs(m.inputs, m.dir / "e2e"), m.dir / "e2e" / "layout",
+                    tools, state.cfg, plain_vmfb=plain)
         except LayoutRewriteError as e:
             notes.append(f"Channels-last skipped for {m.name}: {e}")
     channels_last = bool(activation and activation.channels_last)
@@ -60,7 +63,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     tiling, tiled_flow = None, None
     if opts.data_tiling != "off" and relayout:
         try:
-            tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
+            with clock.stage("layout/data tiling"):
+                tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
         except DataTilingHintError as e:
             notes.append(f"Data tiling skipped for {m.name}: {e}")
     flags: tuple[str, ...] = ()
@@ -73,7 +77,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
     small = None
     if opts.small_sizes != "off" and relayout and m.dynamic is not None:
-        small = small_sizes(state, m, base, base_vmfb, flags)
+        with clock.stage("layout/small sizes"):
+            small = small_sizes(state, m, base, base_vmfb, flags)
         if small.failed:  # (our rewrite or IREE on it: worth a look, the run goes on)
             notes.append(f"Static small-size branches of {m.name} failed: {small.why}")
         if small.small is not None:

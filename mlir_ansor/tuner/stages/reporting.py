@@ -296,6 +296,8 @@ def write_report(state: RunState) -> RunState:
                      "included), at its better memory format, timed in this run; vs torch = "
                      "torch ms / what runs; '-': no single torch op computes the task")
     parts.append(f"Search wall time: {state.clock.line()}")
+    if state.clock.stages:
+        parts.append(f"Run wall time by stage: {state.clock.stage_line()}")
     internal = sum(f.get(Status.INTERNAL_ERROR.value, 0) for f in fails.values())
     if internal:
         parts.append(f"{internal} internal errors (bugs of mlir-ansor, not of the candidates: "
@@ -322,6 +324,7 @@ def write_report(state: RunState) -> RunState:
         "models": names, "target": state.opts.target,
         "device_kind": state.context.device_kind, "peak_gflops": peak,
         "wall_time_s": {p: getattr(state.clock, p) for p in PARTS},
+        "stage_s": dict(state.clock.stages),  # all but the report stage itself
         "tasks": [dict(zip([h.replace(" ", "_") for h in headers], r),
                        failures=fails[r[0]], torch_op=hb.torch.get(t.key, ("",))[0] or None)
                   for r, t in zip(rows, state.tasks)],  # the status in full
