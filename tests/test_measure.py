@@ -237,6 +237,36 @@ def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
     assert times == [None, None]
 
 
+def test_a_candidate_the_default_outclasses_leaves_the_race(mm_measurer, monkeypatch):
+    """Re-timing before hand-back races the best programs against IREE's default: one that
+    is slower in every run after two rounds, at every size, stops being timed, and the
+    rounds end when none is left (most of a large model's tasks keep IREE's kernel)."""
+    progs = _programs(mm_measurer, 2, seed=21)
+    speed = {"c0": 2.0, "c1": 0.9}  # c0 cannot win; c1 might
+    calls = []
+
+    def timed(artifact):
+        name = "default" if artifact == mm_measurer.default_vmfb else artifact.parent.name
+        calls.append(name)
+        s = speed.get(name, 1.0)
+        return s, {"": s}
+
+    monkeypatch.setattr(mm_measurer, "timed", timed)
+    res = mm_measurer.remeasure(progs, rounds=4)
+    assert calls.count("c0") == 2 and calls.count("c1") == 4 and calls.count("default") == 4
+    assert res.tuned == [2.0, 0.9] and res.default_s == 1.0
+    calls.clear()
+    speed["c1"] = 1.5
+    mm_measurer.remeasure(progs, rounds=4)
+    assert calls.count("default") == 2 and calls.count("c1") == 2
+    # At one size of a dynamic task it is fast: it stays (the dispatcher may want it there).
+    assert not M.outclassed([2.0, 2.0], [1.0, 1.0], [{"a": 3.0, "b": 0.5}] * 2,
+                            [{"a": 1.0, "b": 1.5}] * 2)
+    assert M.outclassed([2.0, 2.0], [1.0, 1.0], [{"a": 3.0, "b": 2.0}] * 2,
+                        [{"a": 1.0, "b": 1.5}] * 2)
+    assert not M.outclassed([2.0], [1.0], [{"a": 3.0}], [{"a": 1.0}])  # one round: too early
+
+
 def test_interleaved_rounds_alternate_the_order():
     from mlir_ansor.tuner.e2e import interleaved
 

@@ -156,6 +156,19 @@ def _medians(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in labels}
 
 
+def outclassed(mine: Sequence[float], theirs: Sequence[float],
+               mine_at: Sequence[dict[str, float]], theirs_at: Sequence[dict[str, float]]
+               ) -> bool:
+    """Whether a candidate cannot win any more: after two or more interleaved rounds its
+    fastest run is slower than the default's slowest, overall and at every size sample (a
+    dynamic task's dispatcher may pick it for one size). Racing it further only costs time:
+    a program is kept only where its median beats the default's by a margin."""
+    if min(len(mine), len(theirs)) < 2 or min(mine) <= max(theirs):
+        return False
+    return all(min(r[k] for r in mine_at) > max(r[k] for r in theirs_at)
+               for k in (theirs_at[0] if theirs_at else ()))
+
+
 @dataclass(frozen=True)
 class Point:
     """Where a task is measured: one set of inputs (a static task has one; a dynamic task
@@ -341,9 +354,10 @@ class TaskMeasurer:
     def remeasure(self, programs: Sequence[Program], rounds: int = 4) -> Remeasured | None:
         """Build and validate `programs` again, then re-time the default and them in
         interleaved rounds (a noisy machine drifts between measurements taken minutes
-        apart; records of another machine or IREE version were never run here). Medians
-        of the default and of each program (None where it failed now), also per size
-        sample of a dynamic task; None if the default failed."""
+        apart; records of another machine or IREE version were never run here); a program
+        `outclassed` by the default leaves the race, and the rounds end when none is left.
+        Medians of the default and of each program over the rounds it ran (None where it
+        failed now), also per size sample of a dynamic task; None if the default failed."""
         base = self.dir / "best"
         shutil.rmtree(base, ignore_errors=True)
         built = self.build(programs, [base / f"c{i}" for i in range(len(programs))])
@@ -355,11 +369,14 @@ class TaskMeasurer:
         t_new: list[list[float]] = [[] for _ in programs]
         at_def: list[dict[str, float]] = []
         at_new: list[list[dict[str, float]]] = [[] for _ in programs]
+        racing = [v is not None for v in vmfbs]
         for r in range(rounds):
+            if r >= 1 and not any(racing):
+                break
             order = [-1, *range(len(vmfbs))]  # -1: the default
             for i in (order if r % 2 == 0 else order[::-1]):  # alternating: drift cancels
                 if i < 0:
-                    if not self.default_at:
+                    if not self.default_at and any(pt.label for pt in self.points):
                         self.time_default()  # sets the sizes' weights (see weighted_latency)
                     a, by = self.timed(self.default_vmfb)
                     if a is None:
@@ -367,7 +384,7 @@ class TaskMeasurer:
                     t_def.append(a)
                     at_def.append(by)
                     continue
-                if vmfbs[i] is None:
+                if vmfbs[i] is None or not racing[i]:
                     continue
                 latency, by = self.timed(vmfbs[i])
                 if latency is None:
@@ -375,6 +392,8 @@ class TaskMeasurer:
                 else:
                     t_new[i].append(latency)
                     at_new[i].append(by)
+            racing = [go and not outclassed(t, t_def, a, at_def)
+                      for go, t, a in zip(racing, t_new, at_new)]
         ok = [bool(v and t) for v, t in zip(vmfbs, t_new)]
         return Remeasured(statistics.median(t_def),
                           [statistics.median(t) if k else None for k, t in zip(ok, t_new)],
