@@ -51,10 +51,36 @@ def test_channels_last_converts_every_nchw_conv_and_keeps_the_numbers(two_convs,
     np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("conv, shape, after", [
+    (nn.Conv1d(8, 16, 3, 2, 1), (1, 8, 20), "linalg.generic"),
+    (nn.Conv3d(4, 8, 3, 1, 1), (1, 4, 6, 6, 6), "linalg.generic"),
+    (nn.Conv2d(8, 8, 3, 2, 1, groups=8), (2, 8, 9, 9), "linalg.depthwise_conv_2d_nhwc_hwc "),
+    # (torch-mlir imports a 1-D depthwise conv as a 2-D one of height 1)
+    (nn.Conv1d(8, 8, 3, 1, 2, dilation=2, groups=8), (1, 8, 20),
+     "linalg.depthwise_conv_2d_nhwc_hwc "),
+    (nn.Conv2d(8, 16, 3, 1, 1, groups=4), (1, 8, 10, 10), "linalg.conv_2d_nhwgc_gfhwc "),
+], ids=["conv1d", "conv3d", "depthwise2d", "depthwise1d", "grouped2d"])
+def test_other_convs_turn_channels_last_too(conv, shape, after, tools, tmp_path):
+    """Not only 2-D convs: 1-D (NCW) and 3-D (NCDHW), depthwise and grouped convs get their
+    channels innermost and still compute torch's numbers."""
+    torch.manual_seed(0)
+    model, inputs = conv.eval(), (torch.randn(*shape),)
+    text = import_model(model, inputs)
+    assert channels_first_convs(text) == 1
+    cl = to_channels_last(text)
+    assert channels_first_convs(cl) == 0 and after in cl
+    (tmp_path / "cl.mlir").write_text(cl)
+    compile_model(tools, tmp_path / "cl.mlir", tmp_path / "cl.vmfb", M.MeasureConfig(), None)
+    outs, err = M.run_outputs(tools, tmp_path / "cl.vmfb", save_inputs(inputs, tmp_path), 1,
+                              tmp_path, M.MeasureConfig())
+    assert not err
+    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_a_model_without_nchw_convs_is_named(tmp_path):
     text = import_model(nn.Linear(8, 4).eval(), (torch.randn(2, 8),))
     assert channels_first_convs(text) == 0
-    with pytest.raises(LayoutRewriteError, match="no NCHW convolution"):
+    with pytest.raises(LayoutRewriteError, match="no NCHW \(NCW, NCDHW\) convolution"):
         to_channels_last(text)
 
 

@@ -1,4 +1,5 @@
-"""Channels-last activations: a whole-model layout alternative for NCHW convolutions.
+"""Channels-last activations: a whole-model layout alternative for channels-first (NCW,
+NCHW, NCDHW) convolutions.
 
 torch-mlir imports convolutions in PyTorch's NCHW layout (`linalg.conv_2d_nchw_fchw`): the
 output's innermost, contiguous dim is the width, so vector lanes run along short rows (56,
@@ -14,14 +15,71 @@ measures both forms (tuner/layouts.py) and keeps the faster.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from iree.compiler import ir
+from iree.compiler.dialects import linalg, tensor
 from iree.compiler.passmanager import PassManager
 
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 
-# The named NCHW convolution the pass converts (2-D, channels first).
-_CHANNELS_FIRST = "linalg.conv_2d_nchw_fchw"
+# The named channels-first convolutions torch-mlir emits that the pass converts (any conv
+# with one input and one output channel dim: 1-, 2- and 3-D; not grouped or depthwise ones,
+# which keep their layout). A 2-D one becomes `linalg.conv_2d_nhwc_hwcf`, the others a
+# `linalg.generic` with the channels innermost.
+_CHANNELS_FIRST = ("linalg.conv_1d_ncw_fcw", "linalg.conv_2d_nchw_fchw",
+                   "linalg.conv_3d_ncdhw_fcdhw")
+
+
+# Depthwise and grouped convolutions, which IREE's pass leaves alone (their channel dim is
+# in input, filter and output alike): rewritten here to their channels-last named op, with
+# a transpose of each operand and of the result (IREE folds the constant filter's and
+# cancels opposite transposes where they meet). Op -> (channels-last builder, input,
+# filter and output permutations).
+_Builder = Callable[..., ir.Value]
+_GROUPED: dict[str, tuple[_Builder, list[int], list[int], list[int]]] = {
+    "linalg.depthwise_conv_1d_ncw_cw":
+        (linalg.depthwise_conv_1d_nwc_wc, [0, 2, 1], [1, 0], [0, 2, 1]),
+    "linalg.depthwise_conv_2d_nchw_chw":
+        (linalg.depthwise_conv_2d_nhwc_hwc, [0, 2, 3, 1], [1, 2, 0], [0, 2, 3, 1]),
+    "linalg.depthwise_conv_3d_ncdhw_cdhw":
+        (linalg.depthwise_conv_3d_ndhwc_dhwc, [0, 2, 3, 4, 1], [1, 2, 3, 0], [0, 2, 3, 4, 1]),
+    "linalg.conv_2d_ngchw_gfchw":
+        (linalg.conv_2d_nhwgc_gfhwc, [0, 3, 4, 1, 2], [0, 1, 3, 4, 2], [0, 3, 4, 1, 2]),
+    "linalg.conv_2d_ngchw_fgchw":
+        (linalg.conv_2d_nhwgc_gfhwc, [0, 3, 4, 1, 2], [1, 0, 3, 4, 2], [0, 3, 4, 1, 2]),
+}
+
+
+def _count(module: ir.Module) -> int:
+    return sum(len(walk_ops(module.operation, name))
+               for name in (*_CHANNELS_FIRST, *_GROUPED))
+
+
+def _transposed(value: ir.Value, perm: list[int]) -> ir.Value:
+    t = ir.RankedTensorType(value.type)
+    empty = tensor.EmptyOp([t.shape[p] for p in perm], t.element_type).result
+    out = linalg.transpose(value, outs=[empty], permutation=perm)
+    return out if isinstance(out, ir.Value) else out.results[0]
+
+
+def _grouped_to_channels_last(module: ir.Module) -> None:
+    """Every depthwise / grouped channels-first conv of `module` as its channels-last op
+    between transposes (in place; the caller verifies)."""
+    found = [op for name in _GROUPED for op in walk_ops(module.operation, name)]
+    for op in found:
+        build, p_in, p_filter, p_out = _GROUPED[op.name]
+        attrs = {k: [int(x) for x in ir.DenseIntElementsAttr(op.attributes[k])]
+                 for k in ("strides", "dilations")}
+        back = [p_out.index(i) for i in range(len(p_out))]  # the inverse permutation
+        with ir.InsertionPoint(op), op.location:
+            conv = build(_transposed(op.operands[0], p_in),
+                         _transposed(op.operands[1], p_filter),
+                         outs=[_transposed(op.operands[2], p_out)], **attrs)
+            result = _transposed(conv, back)
+        op.results[0].replace_all_uses_with(result)
+        op.erase()
 _PASS = "iree-preprocessing-convert-conv-to-channels-last"
 _PIPELINE = f"builtin.module(func.func({_PASS}),canonicalize,cse)"
 # The same rewrite inside a stock iree-compile run (the anchor of tools/bench_models.py).
@@ -29,26 +87,31 @@ CHANNELS_LAST_FLAG = f"--iree-preprocessing-pass-pipeline=builtin.module(util.fu
 
 
 def channels_first_convs(model_mlir: str) -> int:
-    """How many NCHW convolutions the model has (0: nothing to rewrite)."""
+    """How many channels-first (NCW, NCHW, NCDHW; plain, depthwise or grouped)
+    convolutions the model has (0: nothing to rewrite)."""
     with ir.Context():
-        return len(walk_ops(ir.Module.parse(model_mlir).operation, _CHANNELS_FIRST))
+        return _count(ir.Module.parse(model_mlir))
 
 
 def to_channels_last(model_mlir: str) -> str:
-    """`model_mlir` with every NCHW convolution in NHWC / HWCF (same function signature)."""
+    """`model_mlir` with every channels-first convolution channels-last (NHWC / HWCF for 2-D;
+    same function signature)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)
-        before = len(walk_ops(module.operation, _CHANNELS_FIRST))
+        before = _count(module)
         if not before:
-            raise LayoutRewriteError("the model has no NCHW convolution to convert")
+            raise LayoutRewriteError("the model has no NCHW (NCW, NCDHW) convolution to "
+                                     "convert")
         pipeline = PassManager.parse(_PIPELINE)
         try:
+            _grouped_to_channels_last(module)
             pipeline.run(module.operation)
         except ir.MLIRError as e:  # a pass failed on this model; the diagnostics say why
             raise LayoutRewriteError(f"converting to channels-last failed: {e}") from e
-        left = len(walk_ops(module.operation, _CHANNELS_FIRST))
+        left = _count(module)
         if left:
-            raise LayoutRewriteError(f"{left} of {before} NCHW convolutions were not converted")
+            raise LayoutRewriteError(f"{left} of {before} channels-first convolutions were "
+                                     "not converted")
         if not module.operation.verify():
             raise LayoutRewriteError("the channels-last model does not verify")
         return str(module)
