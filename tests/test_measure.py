@@ -267,6 +267,20 @@ def test_a_candidate_the_default_outclasses_leaves_the_race(mm_measurer, monkeyp
     assert not M.outclassed([2.0], [1.0], [{"a": 3.0}], [{"a": 1.0}])  # one round: too early
 
 
+def test_the_runtime_device_is_passed_to_every_run(mm_measurer, tools):
+    """`MeasureConfig.device` picks IREE's runtime device for validation and timing alike
+    (local-sync: the call on the caller's thread); an unknown one fails with IREE's error."""
+    pt = mm_measurer.points[0]
+    for device in ("local-sync", "no-such-device"):
+        runner = M.MeasureConfig(device=device, repetitions=1, min_time_s=0.001,
+                                 warmup_s=0.0).runner(tools)
+        res = runner.run(mm_measurer.run_input(mm_measurer.default_vmfb, pt))
+        if device == "local-sync":
+            assert res.status == Status.OK and res.latency_s > 0, res.error
+        else:
+            assert res.status == Status.RUN_ERROR and "no-such-device" in res.error
+
+
 def test_interleaved_rounds_alternate_the_order():
     from mlir_ansor.tuner.e2e import interleaved
 

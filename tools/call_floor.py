@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -61,16 +62,23 @@ def main() -> int:
             report_failure(str(e))
             return 1
         rows.append((label, built.vmfb, ins, model, inputs))
-    times: dict[str, dict[str, list[float]]] = {r[0]: {"iree": [], "torch": []} for r in rows}
+    sync = replace(cfg, device="local-sync")  # the call on the caller's thread alone
+    times: dict[str, dict[str, list[float]]] = {
+        r[0]: {"iree": [], "sync": [], "torch": []} for r in rows}
     for r in range(args.rounds):
         for label, vmfb, ins, model, inputs in (rows if r % 2 == 0 else rows[::-1]):
             times[label]["iree"] += module_times(tools, vmfb, ins, cfg)
+            times[label]["sync"] += module_times(tools, vmfb, ins, sync)
             times[label]["torch"] += torch_times(model, inputs, cfg)
-    print(f"\nOne call, lower quartile of {args.rounds} interleaved rounds (us):")
-    print(f"{'workload':24s} {'IREE default':>13s} {'torch eager':>12s} {'IREE / torch':>13s}")
+    print(f"\nOne call, lower quartile of {args.rounds} interleaved rounds (us; IREE's "
+          "default module on its local-task device, a worker per core, and on local-sync, "
+          "the caller's thread alone):")
+    print(f"{'workload':24s} {'local-task':>11s} {'local-sync':>11s} {'torch eager':>12s} "
+          f"{'task / torch':>13s} {'sync / torch':>13s}")
     for label, t in times.items():
-        iree, tt = lower_quartile(t["iree"]), lower_quartile(t["torch"])
-        print(f"{label:24s} {iree * 1e6:13.1f} {tt * 1e6:12.1f} {iree / tt:12.2f}x")
+        iree, sy, tt = (lower_quartile(t[k]) for k in ("iree", "sync", "torch"))
+        print(f"{label:24s} {iree * 1e6:11.1f} {sy * 1e6:11.1f} {tt * 1e6:12.1f} "
+              f"{iree / tt:12.2f}x {sy / tt:12.2f}x")
     return 0
 
 

@@ -70,6 +70,7 @@ class MeasureConfig:
     rtol: float = 1e-4  # of the per-element magnitude (validation.outputs_match)
     atol: float = 1e-5
     model_rtol: float = 1e-3  # whole models against torch (other math implementations)
+    device: str = ""  # IREE's runtime device for local runs ("": the module's default)
 
     def builder(self, tools: Toolchain) -> LocalBuilder:
         return LocalBuilder(tools.compile, self.parallel_compiles, self.compile_timeout_s,
@@ -81,7 +82,7 @@ class MeasureConfig:
 
     def runner(self, tools: Toolchain) -> LocalRunner:
         return LocalRunner(tools.run, tools.benchmark, self.run_timeout_s, self.run_mem_bytes,
-                           self.timing, self.rtol, self.atol, tools.launcher)
+                           self.timing, self.rtol, self.atol, tools.launcher, self.device)
 
 
 def default_pipeline(configured: str) -> str:

@@ -79,6 +79,13 @@ class LocalRunner:
     # Prepended to every tool command: e.g. qemu for another architecture's tools
     # (tuner/emulation.py); such a runner validates, its timings mean nothing.
     launcher: tuple[str, ...] = ()
+    # IREE's runtime device (`--device`): "" for the module's default (local-task on CPU:
+    # a worker per core), "local-sync" runs a call on the caller's thread alone.
+    device: str = ""
+
+    @property
+    def _device_flags(self) -> list[str]:
+        return [f"--device={self.device}"] if self.device else []
 
     def run(self, item: RunInput) -> RunResult:
         if item.reference:
@@ -95,6 +102,7 @@ class LocalRunner:
         out_dir.mkdir(parents=True, exist_ok=True)
         outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
         cmd = [*self.launcher, self.run_tool, f"--module={artifact}", "--function=main",
+               *self._device_flags,
                *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
         if res.timed_out or res.returncode != 0:
@@ -121,6 +129,7 @@ class LocalRunner:
         t = self.timing
         reps, min_time = (1, "1x") if quick else (t.repetitions, f"{t.min_time_s}s")
         cmd = [*self.launcher, self.benchmark_tool, f"--module={artifact}", "--function=main",
+               *self._device_flags,
                *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
                f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
         if not quick and t.warmup_s > 0:
