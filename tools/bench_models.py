@@ -2,7 +2,8 @@
 also in channels-last memory format for models with 4-D inputs: torch is often faster
 so), torch.compile
 (Inductor, CPU), IREE default, IREE with data tiling, IREE with its channels-last rewrite
-(models with NCHW convs), and tuned modules, timed side by side in one run (interleaved
+(models with NCHW convs), our channels-last form of the model (also depthwise, grouped, 1-D
+and 3-D convs) with IREE's default codegen, and tuned modules, timed side by side in one run (interleaved
 rounds, lower quartile of all repetitions).
 
   python tools/bench_models.py resnet50 --tuned gradient=runs/r50_gradient
@@ -31,7 +32,9 @@ import sys
 from pathlib import Path
 
 from mlir_ansor.dialect_helpers.activation_layout import (CHANNELS_LAST_FLAG,
-                                                          channels_first_convs)
+                                                          channels_first_convs,
+                                                          to_channels_last)
+from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 from mlir_ansor.tuner.e2e import (module_times, save_inputs, torch_reference, torch_threads,
                                   torch_times)
 from mlir_ansor.tuner.frontend import import_model, load_factory
@@ -127,6 +130,7 @@ def main() -> int:
     src.write_text(import_model(model, inputs))
     in_paths = save_inputs(inputs, out / "inputs")
     refs, magnitude = torch_reference(model, inputs)
+    failed: list[str] = []
     # (label, model, library, extra flags, expected strategies)
     candidates = [("IREE default", src, None, (), None),
                   ("IREE data tiling", src, None, DATA_TILING_FLAGS, None)]
@@ -134,6 +138,15 @@ def main() -> int:
         # IREE's own channels-last rewrite with its default codegen (what our tuner starts
         # from when it picks that layout): separates the layout's gain from the tuning's.
         candidates.append(("IREE channels-last", src, None, (CHANNELS_LAST_FLAG,), None))
+        # Our channels-last form (also depthwise, grouped, 1-D and 3-D convs) with IREE's
+        # default codegen: what the tuner starts from when it picks that layout.
+        ours = out / "model_channels_last.mlir"
+        try:
+            ours.write_text(to_channels_last(src.read_text()))
+            candidates.append(("channels-last form", ours, None, (), None))
+        except LayoutRewriteError as e:
+            report_failure(f"channels-last form: {e}")
+            failed.append("channels-last form")
     for label, d in tuned.items():
         tsrc, lib, flags, expected = tuned_run(args.model, Path(d), src)
         if lib is None:
@@ -141,7 +154,6 @@ def main() -> int:
                   "module is IREE's default of its model")
         candidates.append((label, tsrc, lib, flags, expected))
     modules: dict[str, Built] = {}
-    failed: list[str] = []
     for label, path, lib, extra, expected in candidates:
         built = checked(tools, cfg, label, path, out / "modules", in_paths, refs, magnitude,
                         lib, extra, expected)
