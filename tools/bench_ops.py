@@ -84,11 +84,15 @@ def roof(r: dict, seconds: float) -> str:
 
 
 def model_flops(report: dict, model: str) -> float:
-    """FLOPs of one call of the model: its tasks' (dispatches') FLOPs times how often the
-    model runs each (the report's weight; a task shared by several models is counted once
-    per run of this one, which the suite's one-model runs make exact)."""
+    """FLOPs of one call of the model: the FLOPs of the tasks (dispatches) it runs times how
+    often it runs each (the report's weight)."""
     return sum(float(t["MFLOP"]) * 1e6 * t["weight"] for t in report["tasks"]
-               if model in t.get("models", model).split(","))
+               if model in t.get("models", model).split(",") and not unused(t["status"]))
+
+
+def unused(status: str) -> bool:
+    """A task the handed-back model does not run (the other form of a packed layout)."""
+    return status.startswith("replaced by a packed layout") or status.endswith(": not used")
 
 
 def delivered_s(r: dict) -> float:

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from mlir_ansor.dialect_helpers.transposed_conv import decompose_transposed_convs
 from mlir_ansor.errors import FrontendError
 
 
@@ -104,4 +105,5 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
         where = f" (failing op: {op.group(1)})" if op else ""
         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
         raise FrontendError(f"torch-mlir cannot import the model{where}: {first}") from e
-    return str(module)
+    # Transposed convs without the multiplications by the zeros torch-mlir spreads in.
+    return decompose_transposed_convs(str(module))[0]
