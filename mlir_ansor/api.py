@@ -40,12 +40,14 @@ def strategy_symbols(library_text: str) -> list[str]:
 class TunedModule:
     """A compiled model (IREE VM flatbuffer) callable on torch tensors or numpy arrays."""
 
-    def __init__(self, vmfb: Path, applied: Sequence[str] = ()):
+    def __init__(self, vmfb: Path, applied: Sequence[str] = (), device: str = ""):
         import iree.runtime as rt
 
         self.vmfb = Path(vmfb)
         self.applied = tuple(applied)  # strategy symbols IREE confirmed for this module
-        self._module = rt.load_vm_flatbuffer_file(str(self.vmfb), driver="local-task")
+        # The IREE runtime device the run measured it fastest on ("": local-task).
+        self.device = device or "local-task"
+        self._module = rt.load_vm_flatbuffer_file(str(self.vmfb), driver=self.device)
 
     def __call__(self, *inputs):
         arrays = [x.detach().numpy() if hasattr(x, "detach") else np.asarray(x) for x in inputs]
@@ -63,7 +65,7 @@ def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out
     opts = replace(TuneOptions(model=type(model).__name__, trials=trials, out=Path(out)),
                    **options)
     result = run(opts, factory=lambda: (model, inputs))
-    return TunedModule(result.tuned_vmfb)
+    return TunedModule(result.tuned_vmfb, device=result.device)
 
 
 def handed_back(out: Path, model_name: str | None = None) -> tuple[str, Path]:
@@ -119,4 +121,4 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
         expected = set(strategy_symbols(use.read_text()))
         if not expected <= applied:
             raise CompileError(f"tuned strategies not applied: {sorted(expected - applied)}")
-    return TunedModule(vmfb, sorted(applied))
+    return TunedModule(vmfb, sorted(applied), device=entry.get("device", ""))

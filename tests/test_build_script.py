@@ -183,6 +183,26 @@ def test_without_library_the_model_is_built_as_is(folder, tools, tmp_path):
                                atol=1e-4)
 
 
+def test_the_device_it_ran_fastest_on_is_printed(folder, tools, tmp_path):
+    """A module measured faster on IREE's local-sync device: build.sh says so after the
+    build, with and without a library; the module runs there."""
+    import iree.runtime as rt
+
+    for library in (None, (folder.dir / "tuned_library.mlir").read_text()):
+        run = tmp_path / ("lib" if library else "none")
+        script = copy_folder(folder, run, library)
+        write_build_script(run, target_flags("llvm-cpu"), device="local-sync")
+        vmfb = run / "m.vmfb"
+        res = build(script, vmfb)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "build.sh: run it on IREE's local-sync device (--device=local-sync" in res.stdout
+        module = rt.load_vm_flatbuffer_file(str(vmfb), driver="local-sync")
+        got = module.main(*[x.numpy() for x in folder.inputs]).to_host()
+        np.testing.assert_allclose(got, folder.want, rtol=1e-4, atol=1e-4)
+    write_build_script(run, target_flags("llvm-cpu"))
+    assert "local-sync" not in build(script, vmfb).stdout
+
+
 def other_task_entry(tools: Toolchain, work: Path) -> TunedEntry:
     """A strategy for a dispatch the small MLP does not have (never applied to it)."""
     task = extract_tasks(flow_source(DATA / "mm_128x256x64.mlir", "llvm-cpu", tools, 300))[0]

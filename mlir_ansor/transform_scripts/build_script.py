@@ -59,6 +59,8 @@ if [ ! -f "$model" ]; then
   exit 2
 fi
 
+# How the module was measured fastest (empty: IREE's default device, local-task).
+note=@RUN_NOTE@
 rm -f "$out"  # a failed build must not leave an older module looking like its result
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -66,6 +68,7 @@ trap 'rm -rf "$tmp"' EXIT
 if [ ! -f "$library" ]; then
   # No tuned library: nothing beat IREE's default codegen.
   "$compiler" "$model" "${target_flags[@]}" "$@" -o "$out"
+  [ -z "$note" ] || echo "build.sh: $note"
   exit 0
 fi
 
@@ -113,18 +116,20 @@ for f in "$tmp"/configs/*.mlir; do
 done
 mv "$tmp/module.vmfb" "$out"
 echo "build.sh: wrote $out ($(echo "$expected" | wc -l) tuned strategies applied)"
+[ -z "$note" ] || echo "build.sh: $note"
 """
 
 
 def write_build_script(out_dir: Path, target_flags: Sequence[str],
                        model_file: str = "model_tuned.mlir",
                        library_file: str = "tuned_library.mlir",
-                       strategies: Sequence[str] = ()) -> Path:
+                       strategies: Sequence[str] = (), device: str = "") -> Path:
     """Write an executable `build.sh` into `out_dir`. `model_file` and `library_file` are
     relative to `out_dir` (e.g. "../tuned_library.mlir" for one model of several tuned
     together); `target_flags` are the iree-compile flags of the tuned target; `strategies`
     the symbols this model must take when the library holds others too (empty: every
-    strategy the library defines when build.sh runs)."""
+    strategy the library defines when build.sh runs); `device` the IREE runtime device the
+    module was measured fastest on, printed after a build ("": the default)."""
     for f in (model_file, library_file):
         if Path(f).is_absolute():
             raise ValueError(f"build.sh paths are relative to its folder, got {f}")
@@ -134,7 +139,11 @@ def write_build_script(out_dir: Path, target_flags: Sequence[str],
     text = (_TEMPLATE.replace("@TARGET_FLAGS@", " ".join(shlex.quote(f) for f in target_flags))
             .replace("@MODEL@", shlex.quote(model_file))
             .replace("@LIBRARY@", shlex.quote(library_file))
-            .replace("@STRATEGIES@", " ".join(sorted(set(strategies)))))
+            .replace("@STRATEGIES@", " ".join(sorted(set(strategies))))
+            .replace("@RUN_NOTE@", shlex.quote(
+                f"run it on IREE's {device} device (--device={device} for iree-run-module, "
+                f"driver={device!r} in iree.runtime): measured faster there" if device
+                else "")))
     path = Path(out_dir) / BUILD_SCRIPT
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -230,6 +230,7 @@ class TuneResult:
     out: Path
     library: Path | None  # the exported transform library (None: nothing beat IREE)
     tuned_vmfb: Path  # the compiled tuned model
+    device: str = ""  # the IREE runtime device it runs fastest on ("": local-task)
 
 
 def remote_note(state: RunState) -> str:
@@ -316,5 +317,9 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
                 disconnect()
     first = state.models[0]
     won = state.handback.wins[first.name]
-    return TuneResult(state.summary, state.out, state.handback.library,
-                      first.dir / "e2e" / ("tuned.vmfb" if won else "default.vmfb"))
+    e2e = state.handback.e2e[first.name]
+    tuned_vmfb = first.dir / "e2e" / ("tuned.vmfb" if won else "default.vmfb")
+    if won and not e2e.applied and not tuned_vmfb.exists():  # the default module, on
+        tuned_vmfb = first.dir / "e2e" / "default.vmfb"     # another device
+    return TuneResult(state.summary, state.out, state.handback.library, tuned_vmfb,
+                      e2e.device if won else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -34,6 +34,11 @@ class EndToEnd:
     by_size: tuple[tuple[str, float, float, float], ...] = ()
     # False: checked only (a cross target run under qemu); the times are NaN.
     measured: bool = True
+    # IREE's runtime device the tuned module runs fastest on: "" (local-task, a worker per
+    # core) or "local-sync" (the caller's thread alone: no hand-off to the workers, which
+    # costs a small model more than the second core gives it); tuned_s is its time there.
+    device: str = ""
+    tuned_task_s: float = math.nan  # the tuned module on local-task, when device is set
 
     @property
     def speedup(self) -> float:
@@ -50,6 +55,11 @@ GROSS_DIFFERENCE = 1e-2
 # Interleaved rounds at each further size of a dynamic model (the example size gets
 # end_to_end's `rounds`).
 SIZE_ROUNDS = 3
+# A static model whose tuned module takes less than this a call on local-task is also
+# timed on IREE's local-sync device (tools/call_floor.py: a call's floor there is 2-4 us
+# against 37-51 us on local-task on the 2-core VM; a ReLU of 0.8 MB 30 against 58 us).
+SYNC_PROBE_S = 2e-3
+SYNC_DEVICE = "local-sync"
 
 
 def model_reference(tools: Toolchain, default_vmfb: Path, model, inputs: tuple,
@@ -249,13 +259,15 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                rounds: int = 11, tuned_mlir: Path | None = None,
                prebuilt_default: Path | None = None,
                checks: Sequence[tuple[str, tuple]] = (),
-               flags: Sequence[str] = ()) -> EndToEnd:
+               flags: Sequence[str] = (), sync_margin: float | None = None) -> EndToEnd:
     """Compile `model_mlir` with IREE's defaults (or take `prebuilt_default`, a module an
     earlier step built from it that way) and `tuned_mlir` (default: the same model, else
     e.g. with packed weights) with `library` and the tuned form's build `flags` (e.g. data
     tiling); check both against torch, on `inputs` and on every (label, inputs) of `checks`
     (other sizes of a dynamic model); time torch and both modules side by side on
-    `inputs`."""
+    `inputs`. With `sync_margin` (a CPU target timed here), a static model whose tuned module
+    is small is also timed on IREE's local-sync device, which is taken if it is faster by
+    that factor."""
     in_paths = save_inputs(inputs, out_dir)
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
@@ -297,14 +309,27 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         nan = math.nan
         return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
                         tuple(label for label, _ in checks), differs, (), measured=False)
-    t = interleaved(timers(inputs, in_paths), rounds)
+    tm = timers(inputs, in_paths)
+    sync = replace(cfg, device=SYNC_DEVICE)
+    probe = tuned_vmfb if not same else default_vmfb
+    if sync_margin is not None and not checks and not cfg.device and \
+            lower_quartile(module_times(tools, probe, in_paths, cfg)) < SYNC_PROBE_S:
+        tm["sync"] = lambda: module_times(tools, probe, in_paths, sync)
+    t = interleaved(tm, rounds)
+    device, task_s = "", math.nan
+    tuned_s = lower_quartile(t.get("tuned", t["default"]))
+    if "sync" in t and lower_quartile(t["sync"]) * sync_margin < tuned_s:
+        # (The same module; its outputs are checked on that device too.)
+        max_err = max(max_err, check_outputs(tools, probe, in_paths, refs, mags,
+                                             out_dir / "sync", sync))
+        device, task_s, tuned_s = SYNC_DEVICE, tuned_s, lower_quartile(t["sync"])
     by_size = []
     for (label, xs), paths in zip(checks, check_paths):
         # Every size of a dynamic model counts (the example is one size of many).
         ts = interleaved(timers(xs, paths), min(SIZE_ROUNDS, rounds))
         by_size.append((label, lower_quartile(ts["torch"]), lower_quartile(ts["default"]),
                         lower_quartile(ts.get("tuned", ts["default"]))))
-    return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]),
-                    lower_quartile(t.get("tuned", t["default"])), tuple(sorted(applied)),
-                    max_err,
-                    tuple(label for label, _ in checks), differs, tuple(by_size))
+    return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
+                    tuple(sorted(applied)), max_err,
+                    tuple(label for label, _ in checks), differs, tuple(by_size),
+                    device=device, tuned_task_s=task_s)

@@ -15,6 +15,7 @@ from typing import Callable, Sequence, TypeVar
 from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, branch_index, retag
 from mlir_ansor.dynamic import size_sets, with_sizes
 from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
+from mlir_ansor.targets import get_target
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
@@ -248,6 +249,10 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
     """End-to-end check and timing of one model; drops the strategies that break it.
     `sizes_of`: the dispatcher whose branch ends are checked too (default: the model's)."""
     cfg, tools = state.cfg, state.tools
+    # IREE's local-sync device is a choice for CPU modules timed on this machine.
+    local_cpu = (get_target(state.opts.target).backend == "llvm-cpu" and state.runner is None
+                 and not tools.emulated)
+    sync_margin = state.opts.min_speedup if local_cpu else None
     prebuilt = m.baseline_dir / "default.vmfb"
     probe_dir = m.dir / "e2e" / "bisect"
     checks = []
@@ -275,7 +280,8 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
                               tuned_mlir=(m.dir / "model_tuned.mlir"
                                           if ex.rewritten(m.name) else None),
                               prebuilt_default=prebuilt, checks=checks,
-                              rounds=state.opts.e2e_rounds, flags=state.forms[m.name].flags)
+                              rounds=state.opts.e2e_rounds, flags=state.forms[m.name].flags,
+                              sync_margin=sync_margin)
         except DefaultModuleError:
             raise  # IREE's own module: nothing of ours to drop
         except CompileError as err:
@@ -428,12 +434,14 @@ def hand_back(state: RunState) -> RunState:
     wins = {}
     flags = target_flags(opts.target)
     for m in state.models:
-        changed = bool(e2es[m.name].applied) or ex.layout(m.name).changed
+        changed = (bool(e2es[m.name].applied) or ex.layout(m.name).changed
+                   or bool(e2es[m.name].device))
         # Unmeasured (--allow-unmeasured): what the proxy ranked above IREE's default.
         wins[m.name] = changed and (not e2es[m.name].measured or e2es[m.name].speedup >= 1.0)
         lib = m.dir / LIBRARY
         if wins[m.name]:
-            write_build_script(m.dir, (*flags, *ex.layout(m.name).flags))
+            write_build_script(m.dir, (*flags, *ex.layout(m.name).flags),
+                               device=e2es[m.name].device)
         else:  # IREE's default is handed back: nothing may apply the library by accident
             if lib.exists():
                 lib.replace(m.dir / REJECTED_LIBRARY)

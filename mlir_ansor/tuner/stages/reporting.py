@@ -220,7 +220,8 @@ def e2e_parts(state: RunState) -> list[str]:
     hb, parts = state.handback, []
     for m in state.models:
         e = hb.e2e[m.name]
-        changed = bool(e.applied) or hb.layout(m.name, state.forms[m.name]).changed
+        changed = (bool(e.applied) or hb.layout(m.name, state.forms[m.name]).changed
+                   or bool(e.device))
         if not e.measured:
             match = (f"outputs match IREE's default, not torch: {e.default_differs}"
                      if e.default_differs else "outputs match torch")
@@ -244,10 +245,13 @@ def e2e_parts(state: RunState) -> list[str]:
                  f"{'; '.join(e.checked)}" if e.checked else "")
         match = (f"outputs match IREE's default, not torch: {e.default_differs}"
                  if e.default_differs else "outputs match torch")
+        device = (f"\ntuned: on IREE's {e.device} device (the caller's thread alone), "
+                  f"faster than on local-task ({fmt_ms(e.tuned_task_s)} ms) for this small "
+                  f"model: build.sh and the API run it there" if e.device else "")
         parts.append(f"End to end (model {m.name}, {match}, max abs error "
                      f"{e.max_error:.2e}{sizes}){same}:\n"
                      + table(["", f"torch eager ({torch_threads()} threads)",
-                             "IREE default", "tuned"], rows))
+                             "IREE default", "tuned"], rows) + device)
         if e.by_size:
             srows = [[label, fmt_ms(t), fmt_ms(d), fmt_ms(u), f"{d / u:.2f}x", f"{t / u:.2f}x"]
                      for label, t, d, u in e.by_size]
@@ -342,6 +346,8 @@ def write_report(state: RunState) -> RunState:
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",
+                         # IREE's runtime device of the tuned module ("": local-task)
+                         "device": e.device if hb.wins[m.name] else "",
                          "size_dispatcher": _plan_json(hb.plans.get(m.name)),
                          "size_dispatcher_rejected": _plan_json(hb.rejected_plans.get(m.name)),
                          "dispatcher_speedups": hb.dispatcher_speedups.get(m.name)}
