@@ -126,6 +126,22 @@ def ops_of(text: str):
     return analyze_task(text)
 
 
+def assert_computes_torchs_numbers(text: str, model, inputs: tuple, tools: Toolchain,
+                                   work: Path, atol: float = 1e-4) -> None:
+    """The model `text` compiles with IREE's defaults and its output matches torch's."""
+    import numpy as np
+
+    from mlir_ansor.tuner import measure as M
+    from mlir_ansor.tuner.e2e import compile_model, save_inputs
+
+    (work / "m.mlir").write_text(text)
+    compile_model(tools, work / "m.mlir", work / "m.vmfb", M.MeasureConfig(), None)
+    outs, err = M.run_outputs(tools, work / "m.vmfb", save_inputs(inputs, work), 1, work,
+                              M.MeasureConfig())
+    assert not err
+    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=atol)
+
+
 def prepared_measurer(tools: Toolchain, workdir: Path, payload: str) -> TaskMeasurer:
     """A prepared measurer (quick timing) of the tunable task a payload function forms."""
     (workdir / "m.mlir").write_text(payload)

@@ -13,11 +13,12 @@ from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, SplitStep
 from mlir_ansor.tuner import measure as M
-from mlir_ansor.tuner.e2e import compile_model, save_inputs
+from mlir_ansor.tuner.e2e import save_inputs
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.layouts import (ModelLayout, choose_activation_layout, load_layout,
                                       save_layout)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+from tests.conftest import assert_computes_torchs_numbers
 
 
 class TwoConvs(nn.Module):
@@ -43,12 +44,7 @@ def test_channels_last_converts_every_nchw_conv_and_keeps_the_numbers(two_convs,
     assert channels_first_convs(text) == 2
     cl = to_channels_last(text)
     assert channels_first_convs(cl) == 0 and cl.count("linalg.conv_2d_nhwc_hwcf") == 2
-    (tmp_path / "cl.mlir").write_text(cl)
-    compile_model(tools, tmp_path / "cl.mlir", tmp_path / "cl.vmfb", M.MeasureConfig(), None)
-    outs, err = M.run_outputs(tools, tmp_path / "cl.vmfb", save_inputs(inputs, tmp_path), 1,
-                              tmp_path, M.MeasureConfig())
-    assert not err
-    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-4)
+    assert_computes_torchs_numbers(cl, model, inputs, tools, tmp_path)
 
 
 @pytest.mark.parametrize("conv, shape, after", [
@@ -69,12 +65,7 @@ def test_other_convs_turn_channels_last_too(conv, shape, after, tools, tmp_path)
     assert channels_first_convs(text) == 1
     cl = to_channels_last(text)
     assert channels_first_convs(cl) == 0 and after in cl
-    (tmp_path / "cl.mlir").write_text(cl)
-    compile_model(tools, tmp_path / "cl.mlir", tmp_path / "cl.vmfb", M.MeasureConfig(), None)
-    outs, err = M.run_outputs(tools, tmp_path / "cl.vmfb", save_inputs(inputs, tmp_path), 1,
-                              tmp_path, M.MeasureConfig())
-    assert not err
-    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-4)
+    assert_computes_torchs_numbers(cl, model, inputs, tools, tmp_path)
 
 
 def test_a_model_without_nchw_convs_is_named(tmp_path):

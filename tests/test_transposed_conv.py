@@ -1,15 +1,13 @@
 """The sub-pixel decomposition of transposed convs (dialect_helpers/transposed_conv.py):
 every form torch-mlir imports is split into its phases and still computes torch's numbers;
 other convs are left alone."""
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from mlir_ansor.dialect_helpers.transposed_conv import decompose_transposed_convs
-from mlir_ansor.tuner import measure as M
-from mlir_ansor.tuner.e2e import compile_model, save_inputs
 from mlir_ansor.tuner.frontend import import_model
+from tests.conftest import assert_computes_torchs_numbers
 
 CASES = {  # name: (module, input shape, phase convs after the decomposition)
     "k4s2p1": (nn.ConvTranspose2d(6, 4, 4, 2, 1, bias=False), (1, 6, 5, 5), 4),
@@ -33,13 +31,7 @@ def test_transposed_convs_lose_their_zeros_and_keep_the_numbers(name, tools, tmp
     n_convs = sum(text.count(f"linalg.conv_{k}") for k in ("1d_ncw", "2d_nchw", "3d_ncdhw"))
     assert n_convs == phases, text[:3000]
     assert "tensor.insert_slice %arg0" not in text  # no input spread with zeros is left
-    src = tmp_path / "m.mlir"
-    src.write_text(text)
-    compile_model(tools, src, tmp_path / "m.vmfb", M.MeasureConfig(), None)
-    outs, err = M.run_outputs(tools, tmp_path / "m.vmfb", save_inputs(inputs, tmp_path), 1,
-                              tmp_path, M.MeasureConfig())
-    assert not err
-    np.testing.assert_allclose(outs[0], model(*inputs).detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert_computes_torchs_numbers(text, model, inputs, tools, tmp_path, atol=1e-5)
 
 
 @pytest.mark.parametrize("conv, shape", [
