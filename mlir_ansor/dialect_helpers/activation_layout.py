@@ -57,7 +57,8 @@ def _count(module: ir.Module) -> int:
                for name in (*_CHANNELS_FIRST, *_GROUPED))
 
 
-def _transposed(value: ir.Value, perm: list[int]) -> ir.Value:
+def transposed(value: ir.Value, perm: list[int]) -> ir.Value:
+    """`value` permuted by a `linalg.transpose` built at the insertion point."""
     t = ir.RankedTensorType(value.type)
     empty = tensor.EmptyOp([t.shape[p] for p in perm], t.element_type).result
     out = linalg.transpose(value, outs=[empty], permutation=perm)
@@ -74,10 +75,10 @@ def _grouped_to_channels_last(module: ir.Module) -> None:
                  for k in ("strides", "dilations")}
         back = [p_out.index(i) for i in range(len(p_out))]  # the inverse permutation
         with ir.InsertionPoint(op), op.location:
-            conv = build(_transposed(op.operands[0], p_in),
-                         _transposed(op.operands[1], p_filter),
-                         outs=[_transposed(op.operands[2], p_out)], **attrs)
-            result = _transposed(conv, back)
+            conv = build(transposed(op.operands[0], p_in),
+                         transposed(op.operands[1], p_filter),
+                         outs=[transposed(op.operands[2], p_out)], **attrs)
+            result = transposed(conv, back)
         op.results[0].replace_all_uses_with(result)
         op.erase()
 _PASS = "iree-preprocessing-convert-conv-to-channels-last"

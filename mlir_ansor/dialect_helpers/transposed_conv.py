@@ -6,9 +6,9 @@ and a flipped kernel: of every s^d products, all but one multiply a zero (a 2-D 
 layer does 4x the work it needs; kernels run at the peak on the zeros). Here each such
 convolution becomes one convolution per output phase (r_1..r_d, o = s*q + r): the phase
 reads the original input (padded or cut as it needs) with the kernel taps that meet
-non-zeros, k = k0 + s*j, and writes the output positions of its phase (`insert_slice` with
-strides s). The phases partition the output, so the result is the same numbers (each
-output sums the same products, in the same kernel order).
+non-zeros, k = k0 + s*j; the phases' outputs interleave back through contiguous slices, an
+expand and a transpose (`_decompose`). The phases partition the output, so the result is
+the same numbers (each output sums the same products, in the same kernel order).
 
 For one spatial dim, Z[off + s*i] = X[i] (zero elsewhere), O[o] = sum_k W[k] Z[o + k]:
 with o = s*q + r the taps that meet X are k = k0 + s*j, k0 = (off - r) mod s, and
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
+from mlir_ansor.dialect_helpers.activation_layout import transposed
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 
 # Channels-first convs by rank of their spatial part (torch-mlir's import of conv{1,2,3}d).
@@ -34,18 +35,19 @@ class _Phase:
     """One output phase along one spatial dim."""
 
     r: int  # output positions r, r + s, ...
-    count: int  # how many (Q)
     k0: int  # first kernel tap that meets the input
     taps: int  # J taps: k0, k0 + s, ...
     d: int  # input offset: X[q + j + d]
 
 
-def _phases(off: int, s: int, k: int, n_in: int, n_out: int) -> list[_Phase]:
+def _phases(off: int, s: int, k: int, n_out: int) -> list[_Phase]:
+    """The phases of one spatial dim: input spread from `off` with stride `s`, kernel size
+    `k`, `n_out` output positions."""
     out = []
     for r in range(min(s, n_out)):
         k0 = (off - r) % s
         taps = max(0, -(-(k - k0) // s))
-        out.append(_Phase(r, -(-(n_out - r) // s), k0, taps, (r + k0 - off) // s))
+        out.append(_Phase(r, k0, taps, (r + k0 - off) // s))
     return out
 
 
@@ -127,18 +129,12 @@ def _padded(value: ir.Value, low: list[int], high: list[int]) -> ir.Value:
     return pad.result
 
 
-def _transposed(value: ir.Value, perm: list[int]) -> ir.Value:
-    t = ir.RankedTensorType(value.type)
-    empty = tensor.EmptyOp([t.shape[p] for p in perm], t.element_type).result
-    out = linalg.transpose(value, outs=[empty], permutation=perm)
-    return out if isinstance(out, ir.Value) else out.results[0]
-
-
 def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
     """Replace `conv` by its phases. With Q = ceil(O / s) outputs per phase and dim (the
-    last phases compute up to one extra position each, cut at the end), the phases' outputs
-    and inits are views of the output / init padded to Q*s and split into [.., Q, s, ..]
-    with the s dims first: contiguous slices, no strided copies."""
+    last phases compute up to one extra position each, cut at the end), each phase
+    accumulates into zeros, the phases are stacked as [s.., N, F, Q..] and transposed and
+    collapsed into the output padded to Q*s: contiguous slices, no strided copies. What
+    `conv` accumulated into (a bias) is added after."""
     x = spread.operands[0]
     w, init = conv.operands[1], conv.operands[2]
     x_shape = ir.RankedTensorType(x.type).shape
@@ -149,12 +145,11 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
     offsets = list(ir.DenseI64ArrayAttr(spread.attributes["static_offsets"]))[2:]
     nd = len(strides)
     q = [-(-o_shape[2 + i] // strides[i]) for i in range(nd)]
-    per_dim = [_phases(offsets[i], strides[i], w_shape[2 + i], x_shape[2 + i],
-                       q[i] * strides[i]) for i in range(nd)]
+    per_dim = [_phases(offsets[i], strides[i], w_shape[2 + i], q[i] * strides[i])
+               for i in range(nd)]
     build = _CONVS[conv.name]
     lead = o_shape[:2]
-    # [N, F, Q0, s0, Q1, s1, ...] -> [s0, s1, ..., N, F, Q0, Q1, ...]
-    split = [*lead, *(v for i in range(nd) for v in (q[i], strides[i]))]
+    # [N, F, Q0, s0, Q1, s1, ...] <-> [s0, s1, ..., N, F, Q0, Q1, ...]
     groups = [[0], [1], *([2 + 2 * i, 3 + 2 * i] for i in range(nd))]
     perm = [*(3 + 2 * i for i in range(nd)), 0, 1, *(2 + 2 * i for i in range(nd))]
     back = [perm.index(i) for i in range(len(perm))]
@@ -169,9 +164,9 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
         w_split_shape = [*w_shape[:2], *(v for i in range(nd) for v in (jmax[i], strides[i]))]
         w_p = _padded(w, [0] * (2 + nd),
                       [0, 0, *(jmax[i] * strides[i] - w_shape[2 + i] for i in range(nd))])
-        w_t = _transposed(tensor.expand_shape(ir.RankedTensorType.get(w_split_shape, et), w_p,
-                                              _reassociation(groups), [], w_split_shape),
-                          perm)
+        w_t = transposed(tensor.expand_shape(ir.RankedTensorType.get(w_split_shape, et), w_p,
+                                             _reassociation(groups), [], w_split_shape),
+                         perm)
         stacked = tensor.EmptyOp([*strides, *part_shape], et).result
         combos: list[list[_Phase]] = [[]]
         for phases in per_dim:
@@ -200,7 +195,7 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
                                           [1] * len(sizes))
         merged = tensor.collapse_shape(
             ir.RankedTensorType.get([*lead, *(q[i] * strides[i] for i in range(nd))], et),
-            _transposed(stacked, back), _reassociation(groups))
+            transposed(stacked, back), _reassociation(groups))
         result = _slice(merged, [0] * (2 + nd), list(o_shape), [1] * (2 + nd))
         if not _is_zero_fill(init):  # what the conv accumulated into (a bias): added after
             added = linalg.elementwise(result, init,
