@@ -41,6 +41,7 @@ def test_a_small_model_runs_on_local_sync_where_that_is_faster(small, tools, tmp
                                                                 monkeypatch):
     res, calls = run(small, tools, tmp_path, monkeypatch, task_s=50e-6, sync_s=5e-6)
     assert res.device == "local-sync" and res.tuned_s == 5e-6 and res.tuned_task_s == 50e-6
+    assert res.tuned_is_default  # (no library: IREE's own module, on another device)
     assert calls.count("local-sync") == 3  # once a round
     # Its outputs were checked on that device (a run of its own).
     assert (tmp_path / "e2e" / "sync" / "out0.npy").exists()

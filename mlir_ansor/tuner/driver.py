@@ -318,8 +318,7 @@ def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,
     first = state.models[0]
     won = state.handback.wins[first.name]
     e2e = state.handback.e2e[first.name]
-    tuned_vmfb = first.dir / "e2e" / ("tuned.vmfb" if won else "default.vmfb")
-    if won and not e2e.applied and not tuned_vmfb.exists():  # the default module, on
-        tuned_vmfb = first.dir / "e2e" / "default.vmfb"     # another device
-    return TuneResult(state.summary, state.out, state.handback.library, tuned_vmfb,
+    ours = won and not e2e.tuned_is_default  # (else IREE's default, maybe on another device)
+    return TuneResult(state.summary, state.out, state.handback.library,
+                      first.dir / "e2e" / ("tuned.vmfb" if ours else "default.vmfb"),
                       e2e.device if won else "")

@@ -39,6 +39,9 @@ class EndToEnd:
     # costs a small model more than the second core gives it); tuned_s is its time there.
     device: str = ""
     tuned_task_s: float = math.nan  # the tuned module on local-task, when device is set
+    # The tuned module is IREE's default one (nothing of ours in it: only a device may
+    # differ); its file is then default.vmfb, no tuned.vmfb is built.
+    tuned_is_default: bool = False
 
     @property
     def speedup(self) -> float:
@@ -308,10 +311,11 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     if tools.emulated:  # checked under qemu: emulated time says nothing of the device
         nan = math.nan
         return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
-                        tuple(label for label, _ in checks), differs, (), measured=False)
+                        tuple(label for label, _ in checks), differs, (), measured=False,
+                        tuned_is_default=same)
     tm = timers(inputs, in_paths)
     sync = replace(cfg, device=SYNC_DEVICE)
-    probe = tuned_vmfb if not same else default_vmfb
+    probe = tuned_vmfb  # (IREE's default module when `same`)
     if sync_margin is not None and not checks and not cfg.device and \
             lower_quartile(module_times(tools, probe, in_paths, cfg)) < SYNC_PROBE_S:
         tm["sync"] = lambda: module_times(tools, probe, in_paths, sync)
@@ -332,4 +336,4 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
                     tuple(sorted(applied)), max_err,
                     tuple(label for label, _ in checks), differs, tuple(by_size),
-                    device=device, tuned_task_s=task_s)
+                    device=device, tuned_task_s=task_s, tuned_is_default=same)
