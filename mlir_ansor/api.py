@@ -5,6 +5,9 @@
     y = tuned(x)                                              # runs on IREE
     again = api.load(model, (x,), out="runs/m")               # re-applies runs/m's library
 
+With `io_layout="channels-last"` the module takes and returns the 4-D/5-D tensors NHWC:
+call it with `x.permute(0, 2, 3, 1)` (a view of a channels_last tensor; tuner/io_layout.py).
+
 Both compile with stock `iree-compile` and the exported transform library, and check in the
 configuration dump that the tuned dispatches took our strategies.
 """
@@ -22,6 +25,7 @@ from mlir_ansor.errors import AnsorError, CompileError
 from mlir_ansor.tuner.driver import TuneOptions, run
 from mlir_ansor.tuner.e2e import compile_model
 from mlir_ansor.tuner.frontend import import_model
+from mlir_ansor.tuner.io_layout import wrap_channels_last
 from mlir_ansor.tuner.layouts import load_layout
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.stages.importing import safe_dir_name
@@ -50,7 +54,10 @@ class TunedModule:
         self._module = rt.load_vm_flatbuffer_file(str(self.vmfb), driver=self.device)
 
     def __call__(self, *inputs):
-        arrays = [x.detach().numpy() if hasattr(x, "detach") else np.asarray(x) for x in inputs]
+        # (A permuted view, e.g. x.permute(0, 2, 3, 1) of a channels_last tensor for a run
+        # with --io-layout channels-last, is contiguous already: no copy then.)
+        arrays = [np.ascontiguousarray(x.detach().numpy() if hasattr(x, "detach") else x)
+                  for x in inputs]
         out = self._module.main(*arrays)
         if isinstance(out, (tuple, list)):
             return tuple(o.to_host() for o in out)
@@ -103,6 +110,8 @@ def load(model, inputs: tuple, out: str | Path, target: str = "llvm-cpu",
     e2e = json.loads((Path(out) / "report.json").read_text())["e2e"]
     entry = e2e[model_name] if model_name else next(iter(e2e.values()))
     dynamic = bool(entry.get("by_size"))  # (a report from before by_size: a static run)
+    if entry.get("io_layout") == "channels-last":  # imported as the run imported it
+        model, inputs = wrap_channels_last(model_name or "model", model, inputs)
     text = ((folder / "model.mlir").read_text() if dynamic
             else import_model(model, inputs))
     library: Path | None = folder / "tuned_library.mlir"

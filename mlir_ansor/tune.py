@@ -118,6 +118,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")
+    p.add_argument("--io-layout", choices=["as-imported", "channels-last"],
+                   default="as-imported",
+                   help="the layout of the model's 4-D/5-D inputs and outputs in the module "
+                        "handed back: as-imported (NCHW, default) or channels-last (NHWC / "
+                        "NDHWC, torch's channels_last memory format: pass x.permute(0, 2, 3, "
+                        "1), get NHWC back)")
     p.add_argument("--data-tiling", choices=["auto", "on", "off"], default="auto",
                    help="build the model with IREE's data tiling (packed mmt4d kernels for "
                         "its contractions; those dispatches are left to IREE): auto where "
@@ -150,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
+            io_layout=args.io_layout,
             small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,

@@ -81,8 +81,73 @@ def _grouped_to_channels_last(module: ir.Module) -> None:
             result = transposed(conv, back)
         op.results[0].replace_all_uses_with(result)
         op.erase()
+
+
+def _op_of(value: ir.Value) -> ir.Operation | None:
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner.operation
+
+
+def _defined_in(value: ir.Value, op: ir.Operation) -> bool:
+    """Whether `value` is defined inside `op`'s regions."""
+    owner = value.owner
+    parent = owner.owner if isinstance(owner, ir.Block) else owner.operation.parent
+    while parent is not None:
+        if parent.operation == op.operation:
+            return True
+        parent = parent.operation.parent
+    return False
+
+
+def _permutation(op: ir.Operation) -> list[int]:
+    return [int(v) for v in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
+
+
+def sink_transposes_below_pads(module: ir.Module) -> int:
+    """Rewrite `pad(transpose(x, p))` as `transpose(pad'(x), p)` where only transposes use
+    the pad (in place; returns how many). A model exchanging its images channels-last
+    (tuner/io_layout.py) enters as NHWC -> transpose -> NCHW pad -> conv; once the conv is
+    channels-last its own input transpose follows the pad, and with the pad moved the two
+    transposes meet and cancel (canonicalize) instead of IREE fusing them into the conv's
+    input map (strided loads). Pads with dynamic widths or a padding value computed in the
+    region are left alone."""
+    moved = 0
+    for pad in walk_ops(module.operation, "tensor.pad"):
+        src = _op_of(pad.operands[0])
+        if src is None or src.name != "linalg.transpose" or len(pad.operands) != 1:
+            continue
+        users = [u.owner for u in pad.results[0].uses]
+        if not users or any(u.name != "linalg.transpose" for u in users):
+            continue
+        body = pad.regions[0].blocks[0].operations
+        value = body[len(body) - 1].operands[0]
+        if _defined_in(value, pad):
+            continue
+        perm = _permutation(src)
+        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
+        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
+        x = src.operands[0]
+        xt = ir.RankedTensorType(x.type)
+        low_x, high_x = [0] * len(perm), [0] * len(perm)
+        for i, d in enumerate(perm):  # result dim i is x's dim perm[i]
+            low_x[d], high_x[d] = low[i], high[i]
+        shape = [xt.shape[d] + low_x[d] + high_x[d] for d in range(len(perm))]
+        with ir.InsertionPoint(pad), pad.location:
+            padded = tensor.PadOp(ir.RankedTensorType.get(shape, xt.element_type), x, [], [],
+                                  low_x, high_x)
+            block = padded.regions[0].blocks.append(*[ir.IndexType.get()] * len(perm))
+            with ir.InsertionPoint(block):
+                tensor.YieldOp(value)
+            result = transposed(padded.result, perm)
+        pad.results[0].replace_all_uses_with(result)
+        pad.erase()
+        moved += 1
+    return moved
+
+
 _PASS = "iree-preprocessing-convert-conv-to-channels-last"
 _PIPELINE = f"builtin.module(func.func({_PASS}),canonicalize,cse)"
+_TIDY = "builtin.module(canonicalize,cse)"
 # The same rewrite inside a stock iree-compile run (the anchor of tools/bench_models.py).
 CHANNELS_LAST_FLAG = f"--iree-preprocessing-pass-pipeline=builtin.module(util.func({_PASS}))"
 
@@ -107,6 +172,8 @@ def to_channels_last(model_mlir: str) -> str:
         try:
             _grouped_to_channels_last(module)
             pipeline.run(module.operation)
+            if sink_transposes_below_pads(module):
+                PassManager.parse(_TIDY).run(module.operation)
         except ir.MLIRError as e:  # a pass failed on this model; the diagnostics say why
             raise LayoutRewriteError(f"converting to channels-last failed: {e}") from e
         left = _count(module)

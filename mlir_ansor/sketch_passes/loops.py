@@ -88,8 +88,13 @@ def unit_loops(op: OpInfo) -> set[int]:
     reduction, batch loops (a batch dim in the register tile turns the vector contraction
     into one the outer-product lowering unrolls for minutes), and loops read with a stride
     by a folded window op (see strided_window_loops)."""
-    return (window_rows(op) | strided_window_loops(op) |
-            (batch_loops(op) if op.reduction_dims else set()))
+    batch = batch_loops(op) if op.reduction_dims else set()
+    if window_loops(op) is not None:
+        # A depthwise conv's channel is in every operand but is the output's contiguous
+        # dim: its lanes are the vector (IREE vectorizes it too); as a unit loop nothing
+        # filled a vector (DEP ran at 5% of the peak).
+        batch -= {lane_loop(op)}
+    return window_rows(op) | strided_window_loops(op) | batch
 
 
 def lane_loop(op: OpInfo) -> int | None:

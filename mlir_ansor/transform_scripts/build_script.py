@@ -120,16 +120,32 @@ echo "build.sh: wrote $out ($(echo "$expected" | wc -l) tuned strategies applied
 """
 
 
+def _run_note(device: str, channels_last_io: bool) -> str:
+    notes = []
+    if device:
+        notes.append(f"run it on IREE's {device} device (--device={device} for "
+                     f"iree-run-module, driver={device!r} in iree.runtime): measured faster "
+                     "there")
+    if channels_last_io:
+        notes.append("its 4-D/5-D inputs and outputs are channels-last (NHWC / NDHWC; "
+                     "--io-layout channels-last): pass x.permute(0, 2, 3, 1) of a "
+                     "channels_last tensor, read y.permute(0, 3, 1, 2)")
+    return "; ".join(notes)
+
+
 def write_build_script(out_dir: Path, target_flags: Sequence[str],
                        model_file: str = "model_tuned.mlir",
                        library_file: str = "tuned_library.mlir",
-                       strategies: Sequence[str] = (), device: str = "") -> Path:
+                       strategies: Sequence[str] = (), device: str = "",
+                       channels_last_io: bool = False) -> Path:
     """Write an executable `build.sh` into `out_dir`. `model_file` and `library_file` are
     relative to `out_dir` (e.g. "../tuned_library.mlir" for one model of several tuned
     together); `target_flags` are the iree-compile flags of the tuned target; `strategies`
     the symbols this model must take when the library holds others too (empty: every
     strategy the library defines when build.sh runs); `device` the IREE runtime device the
-    module was measured fastest on, printed after a build ("": the default)."""
+    module was measured fastest on, printed after a build ("": the default);
+    `channels_last_io`: the model was tuned with --io-layout channels-last, which the printed
+    note says (its 4-D/5-D inputs and outputs are NHWC / NDHWC)."""
     for f in (model_file, library_file):
         if Path(f).is_absolute():
             raise ValueError(f"build.sh paths are relative to its folder, got {f}")
@@ -140,10 +156,7 @@ def write_build_script(out_dir: Path, target_flags: Sequence[str],
             .replace("@MODEL@", shlex.quote(model_file))
             .replace("@LIBRARY@", shlex.quote(library_file))
             .replace("@STRATEGIES@", " ".join(sorted(set(strategies))))
-            .replace("@RUN_NOTE@", shlex.quote(
-                f"run it on IREE's {device} device (--device={device} for iree-run-module, "
-                f"driver={device!r} in iree.runtime): measured faster there" if device
-                else "")))
+            .replace("@RUN_NOTE@", shlex.quote(_run_note(device, channels_last_io))))
     path = Path(out_dir) / BUILD_SCRIPT
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -24,6 +24,7 @@ from mlir_ansor.errors import OutputError, ToolchainError, UsageError
 from mlir_ansor.sketch_passes.hints import AnnotationHints
 from mlir_ansor.targets import TargetError, get_target, host
 from mlir_ansor.tuner.cost_model import load_booster
+from mlir_ansor.tuner.io_layout import IO_LAYOUTS
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.policies import POLICIES
@@ -69,6 +70,10 @@ class TuneOptions:
     # tuned next to the plain ones and used where faster; `layout_tile` lanes of the packed
     # loop.
     layout_rewrite: bool = True
+    # The physical layout of the model's rank-4/5 inputs and outputs (tuner/io_layout.py):
+    # "as-imported" (NCHW, the model's signature) or "channels-last" (NHWC / NDHWC, torch's
+    # channels_last memory format: the module takes and returns those tensors permuted).
+    io_layout: str = "as-imported"
     layout_tile: int | None = None  # None: the target's (layout_rewrite.pack_tile)
     # IREE's data tiling (packed mmt4d kernels for contractions) on llvm-cpu: "auto" where
     # its default build is clearly faster with it (timed side by side, at the size samples
@@ -138,6 +143,9 @@ class TuneOptions:
             raise UsageError(f"top_k must be >= 1 (got {self.top_k})")
         if self.small_sizes not in ("auto", "off"):
             raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
+        if self.io_layout not in IO_LAYOUTS:
+            raise UsageError(f"unknown --io-layout {self.io_layout!r} "
+                             f"(choose from {', '.join(IO_LAYOUTS)})")
         if self.data_tiling not in DATA_TILING:
             raise UsageError(f"unknown --data-tiling {self.data_tiling!r} "
                              f"(choose from {', '.join(DATA_TILING)})")

@@ -433,6 +433,7 @@ def hand_back(state: RunState) -> RunState:
                 shutil.rmtree(d, ignore_errors=True)
     wins = {}
     flags = target_flags(opts.target)
+    cl_io = state.opts.io_layout == "channels-last"
     for m in state.models:
         changed = (bool(e2es[m.name].applied) or ex.layout(m.name).changed
                    or bool(e2es[m.name].device))
@@ -441,11 +442,12 @@ def hand_back(state: RunState) -> RunState:
         lib = m.dir / LIBRARY
         if wins[m.name]:
             write_build_script(m.dir, (*flags, *ex.layout(m.name).flags),
-                               device=e2es[m.name].device)
+                               device=e2es[m.name].device, channels_last_io=cl_io)
         else:  # IREE's default is handed back: nothing may apply the library by accident
             if lib.exists():
                 lib.replace(m.dir / REJECTED_LIBRARY)
-            write_build_script(m.dir, flags, model_file="model.mlir")
+            write_build_script(m.dir, flags, model_file="model.mlir",
+                               channels_last_io=cl_io)
     kept = ex.kept(wins)
     for e in ex.entries:
         if e not in kept:

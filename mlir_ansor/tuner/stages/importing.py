@@ -1,5 +1,6 @@
 """Stage 1: load each model from its factory and import it with torch-mlir (model.mlir);
-the --dynamic dimensions are checked against each model's inputs and imported as `?`."""
+the --dynamic dimensions are checked against each model's inputs and imported as `?`; with
+--io-layout channels-last the model is wrapped to exchange its images NHWC (io_layout.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,6 +11,7 @@ from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve, samp
                                 tune_samples)
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.io_layout import map_dynamic, wrap_channels_last
 from mlir_ansor.tuner.stages.state import ModelIn, RunState
 from mlir_ansor.tuner.tasks import SizeSample
 
@@ -54,6 +56,11 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
         d = state.out if single else state.out / safe_dir_name(name)
         dims = [parse_dynamic(s) for s in state.opts.dynamic]
         resolved = resolve(model, inputs, dims) if dims else None
+        if state.opts.io_layout == "channels-last":
+            wrapped, cl_inputs = wrap_channels_last(name, model, inputs)
+            if resolved is not None:
+                resolved = map_dynamic(resolved, inputs)
+            model, inputs = wrapped, cl_inputs
         samples: tuple[SizeSample, ...] = ()
         if resolved is not None:
             points = tune_samples(resolved, state.opts.size_samples)

@@ -130,6 +130,10 @@ def layout_parts(state: RunState) -> list[str]:
                      table(["sites", "op", "plain tasks", "packed tasks", "plain ms",
                             "packed ms", "speedup", "packed"]
                            + ([] if state.single else ["model"]), lrows))
+    if state.opts.io_layout == "channels-last":
+        parts.append("Inputs and outputs (--io-layout channels-last): the 4-D/5-D tensors "
+                     "are NHWC / NDHWC, torch's channels_last memory format; torch eager "
+                     "and every check ran on them too")
     for name, f in state.forms.items():
         a = f.activation
         if a is None:
@@ -342,6 +346,7 @@ def write_report(state: RunState) -> RunState:
                                      for r in e.by_size],
                          "packed_sites": [s.index for s in hb.sites[m.name]],
                          "channels_last": state.forms[m.name].channels_last,
+                         "io_layout": state.opts.io_layout,
                          "data_tiling": state.forms[m.name].tiled,
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
