@@ -7,6 +7,7 @@ sampled programs that compiled, were confirmed applied and validated.
   python tools/bench_ops.py --trials 200                 # the whole suite
   python tools/bench_ops.py --trials 50 --only C2D GMM   # some operators
   python tools/bench_ops.py --trials 48 --policy evolution  # the tuner's default search
+  python tools/bench_ops.py --io-layout channels-last    # images NHWC in and out, torch too
 
 Each workload is a normal `python -m mlir_ansor.tune` run (`--policy`) under
 OUT/<workload> (default bench_out/ops, ignored by git); an interrupted benchmark keeps the
@@ -35,14 +36,27 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench_workload(name: str, trials: int, out: Path, seed: int, policy: str) -> dict:
+# The operators whose 4-D/5-D inputs are images (not TBS's batched matrices, not CAP's 6-D
+# capsules): --io-layout channels-last applies to these.
+IMAGE_OPERATORS = ("C2D", "C3D", "GRP", "DIL", "DEP", "T2D", "ConvLayer")
+
+
+def io_layout_of(name: str, asked: str) -> str:
+    """The --io-layout a workload runs with: channels-last only where asked and the
+    workload is an image operator."""
+    return asked if SUITE[name].operator in IMAGE_OPERATORS else "as-imported"
+
+
+def bench_workload(name: str, trials: int, out: Path, seed: int, policy: str,
+                   io_layout: str = "as-imported") -> dict:
     """One workload's row; a row with "failed" set when the tuner or a check failed."""
     run_dir = out / name
     report_file = run_dir / "report.json"
     report_file.unlink(missing_ok=True)  # only a report this run writes counts
-    row = {"workload": name, "operator": SUITE[name].operator}
+    row = {"workload": name, "operator": SUITE[name].operator, "io_layout": io_layout}
     rc, last = run_tuner([name, "--trials", str(trials), "--policy", policy, "--out",
-                          str(run_dir), "--seed", str(seed), "--batch", "8"])
+                          str(run_dir), "--seed", str(seed), "--batch", "8",
+                          "--io-layout", io_layout])
     if rc != 0:
         return {**row, "failed": f"the tuner exited with {rc}: {last}"}
     # The tuner writes report.json only after its end-to-end step: the tuned module
@@ -113,6 +127,11 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=[], help="operators (e.g. C2D TBS)")
     ap.add_argument("--out", type=Path, default=Path("bench_out/ops"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--io-layout", choices=["as-imported", "channels-last"],
+                    default="as-imported",
+                    help="channels-last: workloads with 4-D/5-D inputs exchange them (and "
+                         "their outputs) NHWC, and torch eager runs on channels_last tensors "
+                         "alike (the tuner's --io-layout)")
     args = ap.parse_args()
     unknown = [o for o in args.only if o not in OPERATORS]
     if unknown:
@@ -123,13 +142,15 @@ def main() -> int:
     done = {r["workload"]: r for r in json.loads(summary.read_text())} if summary.exists() else {}
     rows = []
     for name in names:
+        io = io_layout_of(name, args.io_layout)
         if name in done and "failed" not in done[name] and \
                 done[name]["trials"] >= min(args.trials, 1) and \
-                done[name].get("policy", "random") == args.policy:
+                done[name].get("policy", "random") == args.policy and \
+                done[name].get("io_layout", "as-imported") == io:
             rows.append(done[name])  # measured by an earlier, interrupted run
             continue
         print(f"=== {name}", flush=True)
-        rows.append(bench_workload(name, args.trials, args.out, args.seed, args.policy))
+        rows.append(bench_workload(name, args.trials, args.out, args.seed, args.policy, io))
         summary.write_text(json.dumps(rows + [r for n, r in done.items()
                                               if n not in {x["workload"] for x in rows}],
                                       indent=2))
@@ -139,7 +160,7 @@ def main() -> int:
           "back' the one the tool returns: IREE's default where the tuned module was slower end to end)")
     hdr = (f"{'workload':15s} {'trials':>6s} {'valid':>6s} {'torch ms':>9s} {'IREE ms':>9s} "
            f"{'tuned ms':>9s} {'tuned/IREE':>10s} {'back/IREE':>9s} {'back/torch':>10s} "
-           f"{'GFLOP/s':>8s} {'of peak':>7s} {'torch %':>7s}  failures")
+           f"{'GFLOP/s':>8s} {'of peak':>7s} {'torch %':>7s} {'I/O':>5s}  failures")
     print(hdr)
     failed = [r for r in rows if "failed" in r]
     for r in failed:
@@ -151,7 +172,9 @@ def main() -> int:
               f"{r['torch_s'] * 1e3:9.3f} {r['default_s'] * 1e3:9.3f} {r['tuned_s'] * 1e3:9.3f} "
               f"{r['default_s'] / r['tuned_s']:9.2f}x {r['default_s'] / delivered_s(r):8.2f}x "
               f"{r['torch_s'] / delivered_s(r):9.2f}x {roof(r, delivered_s(r))} "
-              f"{roof(r, r['torch_s'])[-7:]}  {r['failures'] or ''}")
+              f"{roof(r, r['torch_s'])[-7:]} "
+              f"{'NHWC' if r.get('io_layout') == 'channels-last' else 'as-is':>5s}  "
+              f"{r['failures'] or ''}")
     print(f"\n{'operator':10s} {'valid':>6s} {'tuned/IREE':>10s} {'back/IREE':>9s} "
           f"{'back/torch':>10s}  (geometric means)")
     groups = {op: [r for r in rows if r["operator"] == op]
