@@ -129,6 +129,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "its contractions; those dispatches are left to IREE): auto where "
                         "IREE's default build is clearly faster with it (default), on, off "
                         "(llvm-cpu)")
+    p.add_argument("--pad-fusion", choices=["auto", "on", "off"], default="auto",
+                   help="build the model with IREE's pad fusion (a padded conv's pad read in "
+                        "place by the conv's dispatch, not copied by a dispatch of its own): "
+                        "auto where IREE's default build is clearly faster with it "
+                        "(default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=args.policy, scheduler=args.scheduler, reuse=tuple(args.reuse),
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
-            io_layout=args.io_layout,
+            io_layout=args.io_layout, pad_fusion=args.pad_fusion,
             small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, cost_model=args.cost_model,

@@ -18,9 +18,10 @@ DATA = Path(__file__).parent / "data"
 # Quick timing for tuning runs whose subject is not speed (fewer, shorter repetitions and
 # rounds: TuneOptions' repeat, min_repeat_ms, retime_rounds, e2e_rounds), and no timed
 # choice of IREE's data tiling (its own tests turn it on).
-QUICK = dict(repeat=2, min_repeat_ms=10.0, retime_rounds=2, e2e_rounds=2, data_tiling="off")
+QUICK = dict(repeat=2, min_repeat_ms=10.0, retime_rounds=2, e2e_rounds=2, data_tiling="off",
+             pad_fusion="off")
 QUICK_CLI = ["--repeat", "2", "--min-repeat-ms", "10", "--retime-rounds", "2",
-             "--e2e-rounds", "2", "--data-tiling", "off",
+             "--e2e-rounds", "2", "--data-tiling", "off", "--pad-fusion", "off",
              "--small-sizes", "off"]
 
 

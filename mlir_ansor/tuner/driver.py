@@ -83,6 +83,10 @@ class TuneOptions:
     # ... 64 rows): "auto" where IREE's default build is clearly faster with them at those
     # sizes (timed side by side), "off" never (tuner/layouts.py).
     small_sizes: str = "auto"
+    # IREE's pad fusion (a padded conv's pad formed into the conv's dispatch) on llvm-cpu:
+    # "auto" where IREE's default build is clearly faster with it (timed side by side),
+    # "on" wherever the model has a pad, "off" never (tuner/layouts.py).
+    pad_fusion: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -141,6 +145,8 @@ class TuneOptions:
             raise UsageError(f"--batch must be >= 1 (got {self.batch})")
         if self.top_k < 1:
             raise UsageError(f"top_k must be >= 1 (got {self.top_k})")
+        if self.pad_fusion not in ("auto", "on", "off"):
+            raise UsageError(f"unknown --pad-fusion {self.pad_fusion!r} (auto, on or off)")
         if self.small_sizes not in ("auto", "off"):
             raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
         if self.io_layout not in IO_LAYOUTS:

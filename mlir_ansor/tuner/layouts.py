@@ -59,6 +59,10 @@ from mlir_ansor.tuner.toolchain import Toolchain
 
 
 DATA_TILING_FLAGS = ("--iree-dispatch-creation-data-tiling",)
+# IREE forms a padded conv's `tensor.pad` into the conv's dispatch (the window reads the
+# padding in place) instead of a dispatch of its own that copies the whole input into a
+# padded buffer: DEP-b16 channels-last 1.0 -> 0.3-0.5 ms with IREE's defaults.
+PAD_FUSION_FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
 
 @dataclass(frozen=True)
@@ -74,11 +78,13 @@ class ModelLayout:
     data_tiling: bool = False
     tiled_sites: tuple[int, ...] = ()
     small_sizes: SmallSizes | None = None
+    fuse_pads: bool = False  # IREE fuses pads into their consumers' dispatches
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags every build of the model in this layout needs."""
-        return DATA_TILING_FLAGS if self.data_tiling else ()
+        return ((PAD_FUSION_FLAGS if self.fuse_pads else ())
+                + (DATA_TILING_FLAGS if self.data_tiling else ()))
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
@@ -88,9 +94,14 @@ class ModelLayout:
         return with_small_sizes(base, self.small_sizes) if self.small_sizes else base
 
     @property
+    def codegen_flags(self) -> tuple[str, ...]:
+        """The flags of `flags` a task of this form needs in its own builds too."""
+        return PAD_FUSION_FLAGS if self.fuse_pads else ()
+
+    @property
     def changed(self) -> bool:
         return (self.channels_last or bool(self.sites) or self.data_tiling
-                or self.small_sizes is not None)
+                or self.small_sizes is not None or self.fuse_pads)
 
 
 @dataclass(frozen=True)
@@ -216,6 +227,46 @@ def side_by_side(vmfbs: Sequence[Path], inputs: Sequence[Path], tools: Toolchain
     return tuple(lower_quartile(times[str(v)]) for v in vmfbs)
 
 
+@dataclass(frozen=True)
+class PadFusionChoice:
+    on: bool
+    plain_s: float | None  # IREE's default build of the model's form (None: not timed)
+    fused_s: float | None  # ... with PAD_FUSION_FLAGS (None: not timed, or it failed)
+    why: str = ""  # why it was not taken, or not measured
+
+
+# Pad fusion is taken where IREE's default build with it is this much faster: a fused
+# dispatch is one task where there were two (tuned or not), so a tie keeps them apart.
+PAD_FUSION_MARGIN = 1.03
+
+
+def choose_pad_fusion(plain_vmfb: Path, fused_vmfb: Path,
+                      samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
+                      cfg: MeasureConfig, margin: float = PAD_FUSION_MARGIN,
+                      rounds: int = 3) -> PadFusionChoice:
+    """Time IREE's default builds of a model without and with pad fusion side by side on
+    each of `samples` (as `choose_data_tiling`); on where over `margin` times faster (the
+    weighted geometric mean). Both modules must already be built and checked."""
+    weights = np.asarray([w for _, w in samples], dtype=np.float64)
+    per: list[tuple[float, float]] = []
+    for inputs, _ in samples:
+        try:
+            per.append(side_by_side([plain_vmfb, fused_vmfb], inputs, tools, cfg, rounds))
+        except CompileError as e:
+            return PadFusionChoice(False, None, None, str(e)[:300])
+    plain, fused = (float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
+                    for k in (0, 1))
+    return decide_pad_fusion(plain, fused, margin)
+
+
+def decide_pad_fusion(plain_s: float, fused_s: float,
+                      margin: float = PAD_FUSION_MARGIN) -> PadFusionChoice:
+    """On where the build with pad fusion is over `margin` times faster."""
+    on = plain_s > fused_s * margin
+    return PadFusionChoice(on, plain_s, fused_s, "" if on else
+                           f"not over {margin:.2f}x faster with IREE's defaults")
+
+
 def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
                        samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
                        cfg: MeasureConfig, margin: float = DATA_TILING_MARGIN,
@@ -337,7 +388,8 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
                                 "data_tiling": layout.data_tiling,
                                 "data_tiled_sites": list(layout.tiled_sites),
                                 "small_sizes": (asdict(layout.small_sizes)
-                                                if layout.small_sizes else None)},
+                                                if layout.small_sizes else None),
+                                "fuse_pads": layout.fuse_pads},
                                indent=1))
 
 
@@ -359,6 +411,7 @@ def load_layout(path: Path) -> ModelLayout:
                                tuple((int(a), int(d)) for a, d in small["same"]))
         return ModelLayout(bool(data["channels_last"]), sites,
                            bool(data.get("data_tiling", False)),
-                           tuple(int(i) for i in data.get("data_tiled_sites", ())), small)
+                           tuple(int(i) for i in data.get("data_tiled_sites", ())), small,
+                           bool(data.get("fuse_pads", False)))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

@@ -71,6 +71,9 @@ class MeasureConfig:
     atol: float = 1e-5
     model_rtol: float = 1e-3  # whole models against torch (other math implementations)
     device: str = ""  # IREE's runtime device for local runs ("": the module's default)
+    # iree-compile flags of the model form a task came from that its own builds need too
+    # (IREE's pad fusion changes codegen's checks: a fused pad's task fails without it).
+    compile_flags: tuple[str, ...] = ()
 
     def builder(self, tools: Toolchain) -> LocalBuilder:
         return LocalBuilder(tools.compile, self.parallel_compiles, self.compile_timeout_s,
@@ -99,7 +102,8 @@ def compile_module(tools: Toolchain, src: Path, out: Path, cfg: MeasureConfig,
                    library: Path | None = None, extra: Sequence[str] = (),
                    tuning_spec: Path | None = None,
                    timeout_s: float | None = None) -> ProcResult:
-    cmd = [tools.compile, str(src), *target_flags(cfg.target), "-o", str(out), *extra]
+    cmd = [tools.compile, str(src), *target_flags(cfg.target), *cfg.compile_flags, "-o",
+           str(out), *extra]
     if library is not None:
         cmd.append(f"--iree-codegen-transform-dialect-library={library}")
     if tuning_spec is not None:
@@ -330,7 +334,7 @@ class TaskMeasurer:
 
     def build_input(self, program: Program, out_dir: Path) -> BuildInput:
         """The candidate for the builder: our emitter's library for `program`."""
-        flags = (*target_flags(self.cfg.target), TASK_RESUME_FLAG,
+        flags = (*target_flags(self.cfg.target), *self.cfg.compile_flags, TASK_RESUME_FLAG,
                  *self._asm_flags(out_dir / CANDIDATE_ARTIFACT))
         if is_template(program):
             text = tuning_spec_text([SpecEntry(self.task.task_id, self.task.task_mlir,

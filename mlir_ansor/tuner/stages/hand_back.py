@@ -187,7 +187,8 @@ class _Export:
 
     def layout(self, name: str) -> ModelLayout:
         f = self.state.forms[name]
-        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small)
+        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small,
+                           f.fused)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state

@@ -1,6 +1,7 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
-side); IREE's data tiling where its default build is clearly faster with it (at the size
+side; always with --io-layout channels-last); pads fused into their consumers' dispatches
+where IREE's default build is clearly faster so; IREE's data tiling where its default build is clearly faster with it (at the size
 samples of a dynamic model); static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
@@ -8,6 +9,7 @@ data tiling or such branches, the packable constant weights with the dispatches 
 Tasks are formed from these forms, so this stage comes before task forming."""
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +24,9 @@ from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
                                   torch_reference)
-from mlir_ansor.tuner.layouts import (DATA_TILING_FLAGS, DataTilingChoice, SmallSizesChoice,
-                                      alternatives, choose_activation_layout,
+from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
+                                      PAD_FUSION_FLAGS, DataTilingChoice, PadFusionChoice,
+                                      SmallSizesChoice, alternatives, choose_pad_fusion, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, side_by_side, small_size_tops)
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
@@ -50,9 +53,15 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     if relayout and channels_first_convs(base.read_text()):
         try:
             with clock.stage("layout/channels-last"):
+                # With channels-last inputs and outputs the channels-last form is the one
+                # without transposes: taken whatever IREE's defaults make of both (both
+                # still timed, for the report). GRP-b1's defaults, 7.2 against 8.1 ms, sent
+                # it to the NCHW form, whose tuned module then ran 1.5x slower.
+                tolerance = (math.inf if opts.io_layout == "channels-last"
+                             else CHANNELS_LAST_TOLERANCE)
                 activation = choose_activation_layout(
                     base, save_inputs(m.inputs, m.dir / "e2e"), m.dir / "e2e" / "layout",
-                    tools, state.cfg, plain_vmfb=plain)
+                    tools, state.cfg, tolerance=tolerance, plain_vmfb=plain)
         except LayoutRewriteError as e:
             notes.append(f"Channels-last skipped for {m.name}: {e}")
     channels_last = bool(activation and activation.channels_last)
@@ -60,21 +69,26 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     if channels_last:
         base = m.dir / "model_channels_last.mlir"
         base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
+    pad, flags = None, ()
+    if opts.pad_fusion != "off" and relayout and "tensor.pad" in base.read_text():
+        with clock.stage("layout/pad fusion"):
+            pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb)
+        if fused_vmfb is not None:
+            flags, base_vmfb = PAD_FUSION_FLAGS, fused_vmfb
     tiling, tiled_flow = None, None
     if opts.data_tiling != "off" and relayout:
         try:
             with clock.stage("layout/data tiling"):
-                tiling, tiled_flow = data_tiling(state, m, base, base_vmfb)
+                tiling, tiled_flow = data_tiling(state, m, base, base_vmfb, flags)
         except DataTilingHintError as e:
             notes.append(f"Data tiling skipped for {m.name}: {e}")
-    flags: tuple[str, ...] = ()
     if tiling and tiling.on:  # tasks come from the hinted model the choice built
         hinted = m.dir / "model_data_tiled.mlir"
         shutil.copyfile(tiled_flow[0], hinted)
         base, flow, base_vmfb = hinted, tiled_flow[1], tiled_flow[2]
-        flags = DATA_TILING_FLAGS
+        flags = (*flags, *DATA_TILING_FLAGS)
     else:
-        flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
+        flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, flags)
     small = None
     if opts.small_sizes != "off" and relayout and m.dynamic is not None:
         with clock.stage("layout/small sizes"):
@@ -93,6 +107,9 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     elif small is not None and small.small is not None:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: packing is "
                      "not combined with static small-size branches")
+    elif pad is not None and pad.on:
+        notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: packing is "
+                     "not combined with IREE's pad fusion")
     elif relayout:
         try:
             # Not the convs of a channels-last model: packing them doubled ResNet-50's
@@ -105,10 +122,39 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     return ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
-                      tuple(alts), tuple(packed), flow, tiling, small), notes
+                      tuple(alts), tuple(packed), flow, tiling, small, pad), notes
 
 
-def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
+def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
+               ) -> tuple[PadFusionChoice, Path | None]:
+    """Whether IREE fuses `base`'s pads into their consumers' dispatches
+    (PAD_FUSION_FLAGS), and IREE's default build with it where taken. That build must
+    match torch on the example (every size sample of a dynamic model) and be clearly faster
+    than `base_vmfb` there (`choose_pad_fusion`), unless --pad-fusion on."""
+    tools = state.tools
+    work = m.dir / "e2e" / "pad_fusion"
+    work.mkdir(parents=True, exist_ok=True)
+    vmfb = work / "fused.vmfb"
+    samples = []
+    try:
+        compile_model(tools, base, vmfb, state.cfg, None, PAD_FUSION_FLAGS)
+        for i, (xs, weight) in enumerate(sample_inputs(m)):
+            where = work / f"sample{i}"
+            paths = save_inputs(xs, where)
+            refs, mags = torch_reference(m.model, xs)
+            check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
+            samples.append((paths, weight))
+    except CompileError as e:
+        return PadFusionChoice(False, None, None,
+                               f"IREE's build with pad fusion: {e}"[:300]), None
+    if state.opts.pad_fusion == "on":
+        return PadFusionChoice(True, None, None, "--pad-fusion on"), vmfb
+    choice = choose_pad_fusion(base_vmfb, vmfb, samples, tools, state.cfg)
+    return choice, (vmfb if choice.on else None)
+
+
+def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
+                flags: tuple[str, ...] = ()
                 ) -> tuple[DataTilingChoice | None, tuple[Path, str, Path] | None]:
     """Whether `base` is tuned with IREE's data tiling (on which contractions), and where it
     is, `base` with those hints, its flow-level module and IREE's default build of it. None
@@ -119,7 +165,7 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
     that work are hinted together. The data-tiled default build must match torch on the
     example (and, for a dynamic model, at every size sample); with --data-tiling auto it
     must also be clearly faster than `base_vmfb` (IREE's default build of `base`) there,
-    weighted as the samples are."""
+    weighted as the samples are. `flags`: the form's build flags so far (pad fusion)."""
     opts, tools = state.opts, state.tools
     text = base.read_text()
     sites = hint_sites(text)
@@ -140,11 +186,12 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
         src = work / f"{name}.mlir"
         src.write_text(with_hints(text, chosen))
         try:
-            flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S, DATA_TILING_FLAGS)
+            flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S,
+                               (*flags, *DATA_TILING_FLAGS))
             if not data_tiled_contractions(flow):
                 return None
             vmfb = work / f"{name}.vmfb"
-            compile_model(tools, src, vmfb, state.cfg, None, DATA_TILING_FLAGS)
+            compile_model(tools, src, vmfb, state.cfg, None, (*flags, *DATA_TILING_FLAGS))
             for _, _, where, paths, (refs, mags) in samples:
                 check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
         except CompileError as e:

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
+from mlir_ansor.tuner.layouts import PAD_FUSION_FLAGS
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -143,6 +144,17 @@ def layout_parts(state: RunState) -> list[str]:
                      f"imported {fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
                      + ("channels-last (model_tuned.mlir)" if a.channels_last
                         else f"as imported ({a.why})"))
+    for name, f in state.forms.items():
+        p = f.pad_fusion
+        if p is None:
+            continue
+        timed = (f"IREE's default builds side by side: without {fmt_ms(p.plain_s)} ms, with "
+                 f"{fmt_ms(p.fused_s)} ms: " if p.plain_s and p.fused_s else "")
+        parts.append(f"IREE pad fusion of {name} ({timed}"
+                     + ("on" + (f" ({p.why})" if p.why else "") + ": each padded op "
+                        "reads its input's padding in place, every build "
+                        "passes " + " ".join(PAD_FUSION_FLAGS) + ")" if p.on
+                        else f"off: {p.why})"))
     for name, f in state.forms.items():
         d = f.data_tiling
         if d is None:
@@ -348,6 +360,7 @@ def write_report(state: RunState) -> RunState:
                          "channels_last": state.forms[m.name].channels_last,
                          "io_layout": state.opts.io_layout,
                          "data_tiling": state.forms[m.name].tiled,
+                         "pad_fusion": state.forms[m.name].fused,
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

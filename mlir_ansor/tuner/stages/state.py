@@ -11,7 +11,7 @@ from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
-                                      ModelLayout, SmallSizesChoice)
+                                      ModelLayout, PadFusionChoice, SmallSizesChoice)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -55,11 +55,22 @@ class ModelForms:
     flow: str  # `base` after dispatch formation (with `flags`)
     data_tiling: DataTilingChoice | None = None  # None: not considered (see the notes)
     small_sizes: SmallSizesChoice | None = None  # None: not considered (a static model...)
+    pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags of every build of this model's tuned form."""
-        return ModelLayout(data_tiling=self.tiled).flags
+        return ModelLayout(data_tiling=self.tiled, fuse_pads=self.fused).flags
+
+    @property
+    def codegen_flags(self) -> tuple[str, ...]:
+        """Build flags this form's tasks need in their own builds (measure.MeasureConfig)."""
+        return ModelLayout(fuse_pads=self.fused).codegen_flags
+
+    @property
+    def fused(self) -> bool:
+        """Whether IREE fuses pads into their consumers' dispatches in this form."""
+        return bool(self.pad_fusion and self.pad_fusion.on)
 
     @property
     def tiled(self) -> bool:

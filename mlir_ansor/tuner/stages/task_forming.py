@@ -50,7 +50,11 @@ def form_tasks(state: RunState) -> RunState:
     for i, t in enumerate(tasks):
         if not t.tunable:
             continue
-        m = TaskMeasurer(t, state.out / "tasks", state.tools, state.cfg, seed=state.opts.seed,
+        # Built with the codegen flags of the first model form it came from (a task of a
+        # pad-fused form is one no other form has).
+        first = next(iter(usage[t.key]))
+        cfg = replace(state.cfg, compile_flags=state.forms[first].codegen_flags)
+        m = TaskMeasurer(t, state.out / "tasks", state.tools, cfg, seed=state.opts.seed,
                          builder=state.builder, runner=state.runner, clock=state.clock)
         try:
             m.prepare()  # re-reads the task on the payload codegen will see

@@ -1,0 +1,65 @@
+"""IREE's pad fusion as a model build choice: the decision, the layout file, and a fused
+form's task built with the flag it needs (IREE's codegen rejects that task without it)."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from mlir_ansor.errors import UsageError
+from mlir_ansor.tuner.driver import TuneOptions
+from mlir_ansor.tuner.layouts import (PAD_FUSION_FLAGS, PAD_FUSION_MARGIN, ModelLayout,
+                                      decide_pad_fusion, load_layout, save_layout)
+from tests.conftest import QUICK_CLI, tune_cli
+
+
+def test_pad_fusion_is_taken_only_when_clearly_faster():
+    assert decide_pad_fusion(1.0e-3, 0.5e-3).on
+    tie = decide_pad_fusion(1.0e-3, 1.0e-3 / (PAD_FUSION_MARGIN * 0.99))
+    assert not tie.on and "not over" in tie.why
+
+
+def test_the_layout_carries_the_flag_to_every_build(tmp_path):
+    layout = ModelLayout(channels_last=True, fuse_pads=True)
+    assert set(PAD_FUSION_FLAGS) <= set(layout.flags)
+    assert layout.codegen_flags == PAD_FUSION_FLAGS and layout.changed
+    assert ModelLayout().codegen_flags == ()
+    save_layout(tmp_path / "layout.json", layout)
+    assert load_layout(tmp_path / "layout.json") == layout
+    # A layout file from before pad fusion: off.
+    data = json.loads((tmp_path / "layout.json").read_text())
+    del data["fuse_pads"]
+    (tmp_path / "layout.json").write_text(json.dumps(data))
+    assert not load_layout(tmp_path / "layout.json").fuse_pads
+
+
+def test_unknown_pad_fusion_is_a_usage_error():
+    with pytest.raises(UsageError, match="--pad-fusion"):
+        TuneOptions(pad_fusion="maybe").check()
+
+
+def make_padded_depthwise():
+    torch.manual_seed(0)
+    return (nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)).eval(),
+            (torch.randn(2, 32, 14, 14),))
+
+
+def test_a_pad_fused_task_is_built_with_the_flag(tmp_path):
+    out = tmp_path / "run"
+    quick = [a for a in QUICK_CLI]
+    i = quick.index("--pad-fusion")
+    quick[i + 1] = "on"
+    res = tune_cli(f"{__file__}:make_padded_depthwise", "--io-layout", "channels-last",
+                   "--trials", "2", "--batch", "2", "--out", str(out), *quick)
+    assert res.returncode == 0, res.stderr[-2000:]
+    entry = next(iter(json.loads((out / "report.json").read_text())["e2e"].values()))
+    assert entry["pad_fusion"]
+    text = (out / "report.txt").read_text()
+    assert "IREE pad fusion" in text and "--pad-fusion on" in text
+    # One dispatch holds the pad and the conv, and IREE's default build of it (the task's
+    # baseline, built with the flag) works: the task was measured, not left aside.
+    tasks = json.loads((out / "tasks.json").read_text())
+    fused = [t for t in tasks if "tensor.pad" in t["ops_mlir"]]
+    assert fused, [t["ops_mlir"][:300] for t in tasks]
+    assert "default build of" not in text, text
+    assert PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()
