@@ -129,11 +129,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "its contractions; those dispatches are left to IREE): auto where "
                         "IREE's default build is clearly faster with it (default), on, off "
                         "(llvm-cpu)")
-    p.add_argument("--pad-fusion", choices=["auto", "on", "off"], default="off",
-                   help="build the model with IREE's pad fusion (a padded conv's pad read in "
-                        "place by the conv's dispatch, not copied by a dispatch of its own; "
-                        "such dispatches are left to IREE): auto where IREE's default build "
-                        "is clearly faster with it, on, off (default; llvm-cpu)")
+    p.add_argument("--pad-fusion", choices=["auto", "on", "off"], default="auto",
+                   help="IREE's pad fusion (a padded conv reads its padding in place instead "
+                        "of a dispatch copying its input; such dispatches are left to "
+                        "IREE): auto builds the tuned model both ways at the end and keeps "
+                        "the faster (default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "

@@ -57,3 +57,28 @@ def test_otherwise_the_module_stays_on_local_task(small, tools, tmp_path, monkey
     res, calls = run(small, tools, tmp_path, monkeypatch, task_s, sync_s, margin)
     assert res.device == "" and res.tuned_s == task_s
     assert ("local-sync" in calls) == timed
+
+
+def test_further_sizes_are_timed_with_shorter_repetitions(small, tools, tmp_path, monkeypatch):
+    """The example gets the full timing; each size of `checks` the lighter `size_timing`
+    (fewer, shorter repetitions), in SIZE_ROUNDS rounds."""
+    seen = []
+
+    def module_times(tools, vmfb, paths, cfg):
+        seen.append((str(paths[0].parent.name), cfg.repetitions, cfg.min_time_s))
+        return [1e-4] * cfg.repetitions
+
+    monkeypatch.setattr(E, "module_times", module_times)
+    monkeypatch.setattr(E, "torch_times", lambda model, xs, cfg: [1e-5] * cfg.repetitions)
+    model, inputs, src = small
+    cfg = MeasureConfig()
+    res = E.end_to_end(tools, model, inputs, src, None, tmp_path / "e2e", cfg, [], rounds=5,
+                       checks=[("x=64b", (torch.randn(64),))])
+    light = E.size_timing(cfg)
+    assert light.repetitions < cfg.repetitions and light.min_time_s < cfg.min_time_s
+    at_example = [s for s in seen if s[0] == "e2e"]
+    at_size = [s for s in seen if s[0] == "check0"]
+    assert at_example and all(r == cfg.repetitions for _, r, _ in at_example)
+    assert len(at_size) == E.SIZE_ROUNDS
+    assert all((r, t) == (light.repetitions, light.min_time_s) for _, r, t in at_size)
+    assert len(res.by_size) == 1

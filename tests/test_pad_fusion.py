@@ -63,3 +63,23 @@ def test_a_pad_fused_task_is_built_with_the_flag(tmp_path):
     assert fused, [t["ops_mlir"][:300] for t in tasks]
     assert "default build of" not in text, text
     assert PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()
+
+
+def test_auto_decides_end_to_end_on_the_tuned_forms(tmp_path):
+    """--pad-fusion auto: the tuned model is built again with the flag at the hand-back,
+    checked and timed; whichever way it went, the report, layout.json and build.sh agree,
+    and the handed-back module computes torch's numbers (the e2e step checked it)."""
+    out = tmp_path / "run"
+    quick = [a for a in QUICK_CLI]
+    quick[quick.index("--pad-fusion") + 1] = "auto"
+    res = tune_cli(f"{__file__}:make_padded_depthwise", "--io-layout", "channels-last",
+                   "--trials", "4", "--batch", "2", "--out", str(out), *quick)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = (out / "report.txt").read_text()
+    assert "the tuned model end to end" in text and "decided end to end" in text, text
+    entry = next(iter(json.loads((out / "report.json").read_text())["e2e"].values()))
+    on = entry["pad_fusion"]
+    assert json.loads((out / "layout.json").read_text())["fuse_pads"] == on
+    if entry["handed_back"] == "tuned":
+        assert (PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()) == on
+    assert not (out / "with_pad_fusion").exists()

@@ -84,12 +84,11 @@ class TuneOptions:
     # sizes (timed side by side), "off" never (tuner/layouts.py).
     small_sizes: str = "auto"
     # IREE's pad fusion (a padded conv's pad formed into the conv's dispatch) on llvm-cpu:
-    # "auto" where IREE's default build is clearly faster with it (timed side by side),
-    # "on" wherever the model has a pad, "off" never (tuner/layouts.py). Off by default: a
-    # fused dispatch stays IREE's (IREE's transform-dialect path turns the pad into a fill
-    # and copy of the whole padded input before a strategy runs), and a tuned unfused conv
-    # can be far faster than IREE's fused one (GRP-b1: 1.07 against 7.6 ms).
-    pad_fusion: str = "off"
+    # "auto": the tuned model is built both ways at the hand-back and the faster kept (one
+    # static model timed here); "on" from the start wherever the model has a pad; "off"
+    # never. A fused dispatch stays IREE's (IREE's transform-dialect path turns the pad
+    # into a fill and copy of the whole padded input before a strategy runs).
+    pad_fusion: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms

@@ -56,8 +56,18 @@ class EndToEnd:
 # taken as broken and the run stops.
 GROSS_DIFFERENCE = 1e-2
 # Interleaved rounds at each further size of a dynamic model (the example size gets
-# end_to_end's `rounds`).
+# end_to_end's `rounds`), each of SIZE_REPETITIONS shorter repetitions (`size_timing`):
+# with a dozen sizes this timing was most of a dynamic run's hand-back (the MLP's: 94 of
+# 161 s), and these rows are the report's; tools/bench_dynamic.py times its own.
 SIZE_ROUNDS = 3
+SIZE_REPETITIONS = 3
+
+
+def size_timing(cfg: MeasureConfig) -> MeasureConfig:
+    """How each further size of a dynamic model is timed: fewer, shorter repetitions
+    after a shorter warm-up (9 pooled samples over 3 rounds, against 55 at the example)."""
+    return replace(cfg, repetitions=min(cfg.repetitions, SIZE_REPETITIONS),
+                   min_time_s=cfg.min_time_s / 2, warmup_s=cfg.warmup_s / 2)
 # A static model whose tuned module takes less than this a call on local-task is also
 # timed on IREE's local-sync device (tools/call_floor.py: a call's floor there is 2-4 us
 # against 37-51 us on local-task on the 2-core VM; a ReLU of 0.8 MB 30 against 58 us).
@@ -301,11 +311,12 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         differs = differs or (f"at {label}: {why}" if why else "")
         if not same:
             max_err = max(max_err, check_outputs(tools, tuned_vmfb, paths, r, mg, d, cfg))
-    def timers(xs: tuple, paths: Sequence[Path]) -> dict[str, Callable[[], list[float]]]:
-        out = {"torch": lambda: torch_times(model, xs, cfg),
-               "default": lambda: module_times(tools, default_vmfb, paths, cfg)}
+    def timers(xs: tuple, paths: Sequence[Path], c: MeasureConfig = cfg
+               ) -> dict[str, Callable[[], list[float]]]:
+        out = {"torch": lambda: torch_times(model, xs, c),
+               "default": lambda: module_times(tools, default_vmfb, paths, c)}
         if not same:  # else the tuned module is the default one
-            out["tuned"] = lambda: module_times(tools, tuned_vmfb, paths, cfg)
+            out["tuned"] = lambda: module_times(tools, tuned_vmfb, paths, c)
         return out
 
     if tools.emulated:  # checked under qemu: emulated time says nothing of the device
@@ -328,9 +339,10 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                                              out_dir / "sync", sync))
         device, task_s, tuned_s = SYNC_DEVICE, tuned_s, lower_quartile(t["sync"])
     by_size = []
+    at_size = size_timing(cfg)
     for (label, xs), paths in zip(checks, check_paths):
         # Every size of a dynamic model counts (the example is one size of many).
-        ts = interleaved(timers(xs, paths), min(SIZE_ROUNDS, rounds))
+        ts = interleaved(timers(xs, paths, at_size), min(SIZE_ROUNDS, rounds))
         by_size.append((label, lower_quartile(ts["torch"]), lower_quartile(ts["default"]),
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,

@@ -230,38 +230,23 @@ def side_by_side(vmfbs: Sequence[Path], inputs: Sequence[Path], tools: Toolchain
 @dataclass(frozen=True)
 class PadFusionChoice:
     on: bool
-    plain_s: float | None  # IREE's default build of the model's form (None: not timed)
-    fused_s: float | None  # ... with PAD_FUSION_FLAGS (None: not timed, or it failed)
+    plain_s: float | None  # the tuned model end to end without it (None: not timed)
+    fused_s: float | None  # ... with PAD_FUSION_FLAGS (None: not timed)
     why: str = ""  # why it was not taken, or not measured
+    # Decided end to end (--pad-fusion auto): the tuned model's speedups over IREE's
+    # default without and with it, each timed side by side with that default.
+    speedups: tuple[float, float] | None = None
 
 
-# Pad fusion is taken where IREE's default build with it is this much faster: a fused
-# dispatch is one task where there were two (tuned or not), so a tie keeps them apart.
+# Pad fusion is taken where the tuned model is this much faster with it end to end
+# (hand_back; the export's margin by default).
 PAD_FUSION_MARGIN = 1.03
-
-
-def choose_pad_fusion(plain_vmfb: Path, fused_vmfb: Path,
-                      samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
-                      cfg: MeasureConfig, margin: float = PAD_FUSION_MARGIN,
-                      rounds: int = 3) -> PadFusionChoice:
-    """Time IREE's default builds of a model without and with pad fusion side by side on
-    each of `samples` (as `choose_data_tiling`); on where over `margin` times faster (the
-    weighted geometric mean). Both modules must already be built and checked."""
-    weights = np.asarray([w for _, w in samples], dtype=np.float64)
-    per: list[tuple[float, float]] = []
-    for inputs, _ in samples:
-        try:
-            per.append(side_by_side([plain_vmfb, fused_vmfb], inputs, tools, cfg, rounds))
-        except CompileError as e:
-            return PadFusionChoice(False, None, None, str(e)[:300])
-    plain, fused = (float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
-                    for k in (0, 1))
-    return decide_pad_fusion(plain, fused, margin)
 
 
 def decide_pad_fusion(plain_s: float, fused_s: float,
                       margin: float = PAD_FUSION_MARGIN) -> PadFusionChoice:
-    """On where the build with pad fusion is over `margin` times faster."""
+    """On where the build with pad fusion is over `margin` times faster (latencies, or
+    their inverse speedups over one baseline)."""
     on = plain_s > fused_s * margin
     return PadFusionChoice(on, plain_s, fused_s, "" if on else
                            f"not over {margin:.2f}x faster with IREE's defaults")

@@ -20,7 +20,8 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
-from mlir_ansor.tuner.layouts import ModelLayout, choose_sites, model_flow, save_layout
+from mlir_ansor.tuner.layouts import (ModelLayout, PadFusionChoice, choose_sites,
+                                      decide_pad_fusion, model_flow, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
@@ -353,6 +354,44 @@ def _without_dispatcher(state: RunState, plans: dict[str, SizePlan], single: dic
     return ex, e2es, {a.name: a.dir for a in alts}
 
 
+WITH_PAD_FUSION = "with_pad_fusion"
+
+
+def _pad_fusion_pays(state: RunState, e2e: EndToEnd) -> bool:
+    """Whether the one model of the run is worth building again with IREE's pad fusion
+    (--pad-fusion auto): a static model timed on this machine whose tuned form has a pad
+    that is not fused yet."""
+    if state.opts.pad_fusion != "auto" or not state.single or not e2e.measured:
+        return False
+    m = state.models[0]
+    local_cpu = (get_target(state.opts.target).backend == "llvm-cpu"
+                 and state.runner is None and not state.tools.emulated)
+    return (local_cpu and m.dynamic is None and state.opts.layout_rewrite
+            and not state.forms[m.name].fused
+            and "tensor.pad" in (m.dir / "model_tuned.mlir").read_text())
+
+
+def _with_pad_fusion(state: RunState, timed: dict, winners: dict
+                     ) -> tuple[RunState, _Export, EndToEnd, Path]:
+    """The one model built again with IREE's pad fusion (layouts.PAD_FUSION_FLAGS), in a
+    folder of its own, checked and timed as the tuned form was: a padded conv then reads
+    its padding in place, and its strategy (made for the unfused dispatch) no longer
+    applies there and drops out (IREE's kernel runs it); the other strategies stay. Which
+    wins depends on the tuning: IREE's fused depthwise conv beat our tuned one plus the
+    pad's copy, a tuned grouped conv beats IREE's fused one 7x."""
+    m = state.models[0]
+    d = m.dir / WITH_PAD_FUSION
+    (d / "e2e" / "baseline").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(m.dir / "model.mlir", d / "model.mlir")
+    if (m.baseline_dir / "default.vmfb").exists():
+        shutil.copyfile(m.baseline_dir / "default.vmfb", d / "e2e" / "baseline" / "default.vmfb")
+    alt = replace(m, dir=d)
+    fused = replace(state.forms[m.name], pad_fusion=PadFusionChoice(True, None, None))
+    sub = replace(state, models=(alt,), forms={**state.forms, m.name: fused})
+    ex = _Export(sub, timed, winners, {})
+    return sub, ex, model_e2e(sub, ex, alt), d
+
+
 def _move_forms(src: Path, dst: Path) -> None:
     """The tuned form, library, layout and end-to-end results of `src` in place of `dst`'s
     (IREE's baseline build and its reference outputs stay)."""
@@ -432,6 +471,30 @@ def hand_back(state: RunState) -> RunState:
                     _move_forms(folders[m.name], m.dir)
             for d in folders.values():
                 shutil.rmtree(d, ignore_errors=True)
+    if not plans and _pad_fusion_pays(state, e2es[state.models[0].name]):
+        m = state.models[0]
+        try:
+            with clock.stage("hand back/pad fusion"):
+                sub, alt_ex, alt_e2e, folder = _with_pad_fusion(state, timed, winners)
+        except (CompileError, DefaultModuleError) as e:  # the unfused form stands
+            state.report(Note(f"the form with IREE's pad fusion failed ({e}): not taken"))
+        else:
+            choice = decide_pad_fusion(1 / e2es[m.name].speedup, 1 / alt_e2e.speedup,
+                                       opts.min_speedup)
+            on = choice.on
+            state.report(Note(f"{m.name}: with IREE's pad fusion {alt_e2e.speedup:.2f}x "
+                              f"IREE's default end to end, without {e2es[m.name].speedup:.2f}x"
+                              f": {'taken' if on else 'not taken'}"))
+            choice = replace(choice, plain_s=None, fused_s=None,
+                             why="decided end to end on the tuned forms",
+                             speedups=(e2es[m.name].speedup, alt_e2e.speedup))
+            forms = {**state.forms, m.name: replace(state.forms[m.name], pad_fusion=choice)}
+            if on:
+                ex, e2es = alt_ex, {m.name: alt_e2e}
+                _move_forms(folder, m.dir)
+            state = replace(state, forms=forms)
+            ex.state = state
+            shutil.rmtree(folder, ignore_errors=True)
     wins = {}
     flags = target_flags(opts.target)
     cl_io = state.opts.io_layout == "channels-last"

@@ -1,7 +1,7 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
 side; always with --io-layout channels-last); pads fused into their consumers' dispatches
-where IREE's default build is clearly faster so; IREE's data tiling where its default build is clearly faster with it (at the size
+with --pad-fusion on (auto decides at the hand-back); IREE's data tiling where its default build is clearly faster with it (at the size
 samples of a dynamic model); static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
@@ -26,7 +26,7 @@ from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, s
                                   torch_reference)
 from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
                                       PAD_FUSION_FLAGS, DataTilingChoice, PadFusionChoice,
-                                      SmallSizesChoice, alternatives, choose_pad_fusion, choose_activation_layout,
+                                      SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, side_by_side, small_size_tops)
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
@@ -70,7 +70,7 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         base = m.dir / "model_channels_last.mlir"
         base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
     pad, flags = None, ()
-    if opts.pad_fusion != "off" and relayout and "tensor.pad" in base.read_text():
+    if opts.pad_fusion == "on" and relayout and "tensor.pad" in base.read_text():
         with clock.stage("layout/pad fusion"):
             pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb)
         if fused_vmfb is not None:
@@ -127,30 +127,25 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
 
 def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
                ) -> tuple[PadFusionChoice, Path | None]:
-    """Whether IREE fuses `base`'s pads into their consumers' dispatches
-    (PAD_FUSION_FLAGS), and IREE's default build with it where taken. That build must
-    match torch on the example (every size sample of a dynamic model) and be clearly faster
-    than `base_vmfb` there (`choose_pad_fusion`), unless --pad-fusion on."""
+    """--pad-fusion on: `base` built with IREE's pad fusion (PAD_FUSION_FLAGS), which must
+    match torch on the example (every size sample of a dynamic model); the choice and that
+    build where it does. (--pad-fusion auto decides later, end to end on the tuned forms:
+    stages/hand_back.py.)"""
     tools = state.tools
     work = m.dir / "e2e" / "pad_fusion"
     work.mkdir(parents=True, exist_ok=True)
     vmfb = work / "fused.vmfb"
-    samples = []
     try:
         compile_model(tools, base, vmfb, state.cfg, None, PAD_FUSION_FLAGS)
-        for i, (xs, weight) in enumerate(sample_inputs(m)):
+        for i, (xs, _) in enumerate(sample_inputs(m)):
             where = work / f"sample{i}"
             paths = save_inputs(xs, where)
             refs, mags = torch_reference(m.model, xs)
             check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
-            samples.append((paths, weight))
     except CompileError as e:
         return PadFusionChoice(False, None, None,
                                f"IREE's build with pad fusion: {e}"[:300]), None
-    if state.opts.pad_fusion == "on":
-        return PadFusionChoice(True, None, None, "--pad-fusion on"), vmfb
-    choice = choose_pad_fusion(base_vmfb, vmfb, samples, tools, state.cfg)
-    return choice, (vmfb if choice.on else None)
+    return PadFusionChoice(True, None, None, "--pad-fusion on"), vmfb
 
 
 def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,

@@ -148,8 +148,8 @@ def layout_parts(state: RunState) -> list[str]:
         p = f.pad_fusion
         if p is None:
             continue
-        timed = (f"IREE's default builds side by side: without {fmt_ms(p.plain_s)} ms, with "
-                 f"{fmt_ms(p.fused_s)} ms: " if p.plain_s and p.fused_s else "")
+        timed = (f"the tuned model end to end: {p.speedups[0]:.2f}x IREE's default without, "
+                 f"{p.speedups[1]:.2f}x with: " if p.speedups else "")
         parts.append(f"IREE pad fusion of {name} ({timed}"
                      + ("on" + (f" ({p.why})" if p.why else "") + ": each padded op "
                         "reads its input's padding in place, every build "
