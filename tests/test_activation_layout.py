@@ -54,8 +54,11 @@ def test_channels_last_converts_every_nchw_conv_and_keeps_the_numbers(two_convs,
     # (torch-mlir imports a 1-D depthwise conv as a 2-D one of height 1)
     (nn.Conv1d(8, 8, 3, 1, 2, dilation=2, groups=8), (1, 8, 20),
      "linalg.depthwise_conv_2d_nhwc_hwc "),
-    (nn.Conv2d(8, 16, 3, 1, 1, groups=4), (1, 8, 10, 10), "linalg.conv_2d_nhwgc_gfhwc "),
-], ids=["conv1d", "conv3d", "depthwise2d", "depthwise1d", "grouped2d"])
+    # A grouped conv: a generic whose filter is [G, KH, KW, C, F] (loops n h w g f kh kw c).
+    (nn.Conv2d(8, 16, 3, 1, 1, groups=4), (1, 8, 10, 10), "-> (d3, d5, d6, d7, d4)>"),
+    (nn.Conv2d(8, 16, 3, 2, 2, dilation=2, groups=2), (2, 8, 11, 11),
+     "-> (d0, d1 * 2 + d5 * 2, d2 * 2 + d6 * 2, d3, d7)>"),
+], ids=["conv1d", "conv3d", "depthwise2d", "depthwise1d", "grouped2d", "grouped2d_strided"])
 def test_other_convs_turn_channels_last_too(conv, shape, after, tools, tmp_path):
     """Not only 2-D convs: 1-D (NCW) and 3-D (NCDHW), depthwise and grouped convs get their
     channels innermost and still compute torch's numbers."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from iree.compiler import ir
-from iree.compiler.dialects import linalg, tensor
+from iree.compiler.dialects import arith, linalg, tensor
 from iree.compiler.passmanager import PassManager
 
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
@@ -65,9 +65,45 @@ def transposed(value: ir.Value, perm: list[int]) -> ir.Value:
     return out if isinstance(out, ir.Value) else out.results[0]
 
 
+# A grouped conv's filter with the output channels innermost, [G, KH, KW, C, F], from
+# torch-mlir's two forms: the register tile's lanes run along F, and the named op's filter
+# (gfhwc) holds F outermost but G, a load along it a gather (GRP ran at 54% of the peak).
+_GROUPED_FILTER_LAST = {"linalg.conv_2d_ngchw_gfchw": [0, 3, 4, 2, 1],
+                        "linalg.conv_2d_ngchw_fgchw": [1, 3, 4, 2, 0]}
+
+
+def _grouped_conv_generic(x: ir.Value, w: ir.Value, init: ir.Value, strides: list[int],
+                          dilations: list[int]) -> ir.Value:
+    """out[n, h, w, g, f] += x[n, h*s + kh*d, w*s + kw*d, g, c] * w[g, kh, kw, c, f], a
+    `linalg.generic` (loops n, h, w, g, f, kh, kw, c) on float operands of one type."""
+    d = [ir.AffineDimExpr.get(i) for i in range(8)]
+    n, oh, ow, g, f, kh, kw, c = d
+    maps = [ir.AffineMap.get(8, 0, [n, oh * strides[0] + kh * dilations[0],
+                                    ow * strides[1] + kw * dilations[1], g, c]),
+            ir.AffineMap.get(8, 0, [g, kh, kw, c, f]),
+            ir.AffineMap.get(8, 0, [n, oh, ow, g, f])]
+    kinds = ["parallel"] * 5 + ["reduction"] * 3
+    op = linalg.GenericOp([init.type], [x, w], [init],
+                          ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                          ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>")
+                                            for k in kinds]))
+    elem = ir.RankedTensorType(init.type).element_type
+    block = op.regions[0].blocks.append(elem, elem, elem)
+    with ir.InsertionPoint(block):
+        prod = arith.MulFOp(block.arguments[0], block.arguments[1]).result
+        linalg.YieldOp([arith.AddFOp(block.arguments[2], prod).result])
+    return op.result
+
+
+def _float_alike(op: ir.Operation) -> bool:
+    types = {str(ir.RankedTensorType(v.type).element_type) for v in op.operands}
+    return len(types) == 1 and next(iter(types)) in ("f16", "bf16", "f32", "f64")
+
+
 def _grouped_to_channels_last(module: ir.Module) -> None:
     """Every depthwise / grouped channels-first conv of `module` as its channels-last op
-    between transposes (in place; the caller verifies)."""
+    between transposes (in place; the caller verifies); a float grouped conv as a generic
+    with its filter [G, KH, KW, C, F] (`_GROUPED_FILTER_LAST`)."""
     found = [op for name in _GROUPED for op in walk_ops(module.operation, name)]
     for op in found:
         build, p_in, p_filter, p_out = _GROUPED[op.name]
@@ -75,9 +111,13 @@ def _grouped_to_channels_last(module: ir.Module) -> None:
                  for k in ("strides", "dilations")}
         back = [p_out.index(i) for i in range(len(p_out))]  # the inverse permutation
         with ir.InsertionPoint(op), op.location:
-            conv = build(transposed(op.operands[0], p_in),
-                         transposed(op.operands[1], p_filter),
-                         outs=[transposed(op.operands[2], p_out)], **attrs)
+            x = transposed(op.operands[0], p_in)
+            init = transposed(op.operands[2], p_out)
+            if op.name in _GROUPED_FILTER_LAST and _float_alike(op):
+                w = transposed(op.operands[1], _GROUPED_FILTER_LAST[op.name])
+                conv = _grouped_conv_generic(x, w, init, attrs["strides"], attrs["dilations"])
+            else:
+                conv = build(x, transposed(op.operands[1], p_filter), outs=[init], **attrs)
             result = transposed(conv, back)
         op.results[0].replace_all_uses_with(result)
         op.erase()

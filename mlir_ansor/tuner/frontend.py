@@ -6,7 +6,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from mlir_ansor.dialect_helpers.transposed_conv import decompose_transposed_convs
 from mlir_ansor.errors import FrontendError
@@ -62,6 +62,23 @@ def drop_identity_expands(program) -> int:
     return dropped
 
 
+def _capturing_stderr(step: Callable[[], Any]) -> tuple[Any, Exception | None, str]:
+    """(step's result, the exception it raised, what it printed to fd 2). MLIR prints its
+    diagnostics (which name the failing op) straight to fd 2."""
+    with tempfile.TemporaryFile(mode="w+") as diag:
+        saved = os.dup(2)
+        os.dup2(diag.fileno(), 2)
+        try:
+            result, error = step(), None
+        except Exception as e:  # torch / torch-mlir on the user's model: reported by name
+            result, error = None, e
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        diag.seek(0)
+        return result, error, diag.read()
+
+
 def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = None) -> str:
     """linalg-on-tensors text of `model` (with `dynamic_shapes`, torch.export's, those
     dimensions dynamic: `?`); an import failure names the failing op."""
@@ -69,27 +86,18 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
     from torch_mlir import fx
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    # MLIR prints its diagnostics (which name the failing op) straight to fd 2: capture them.
-    with tempfile.TemporaryFile(mode="w+") as diag:
-        saved = os.dup(2)
-        os.dup2(diag.fileno(), 2)
-        try:
-            # torch-mlir's own steps (export, decompose, import), with the no-op expands
-            # of the decomposed graph dropped in between.
-            program = torch.export.export(model, tuple(example_inputs),
-                                          dynamic_shapes=dynamic_shapes, strict=False)
-            program = program.run_decompositions(get_decomposition_table())
-            drop_identity_expands(program)
-            module = fx.export_and_import(program, output_type="linalg-on-tensors",
-                                          func_name="main", decomposition_table={})
-            error = None
-        except Exception as e:
-            error = e
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        diag.seek(0)
-        diagnostics = diag.read()
+    # torch-mlir's own steps (export, decompose, import), with the no-op expands of the
+    # decomposed graph dropped in between: outside the capture, so that a bug of ours
+    # there is not reported as the model failing to import.
+    program, error, diagnostics = _capturing_stderr(
+        lambda: torch.export.export(model, tuple(example_inputs),
+                                    dynamic_shapes=dynamic_shapes, strict=False
+                                    ).run_decompositions(get_decomposition_table()))
+    if error is None:
+        drop_identity_expands(program)
+        module, error, diagnostics = _capturing_stderr(
+            lambda: fx.export_and_import(program, output_type="linalg-on-tensors",
+                                         func_name="main", decomposition_table={}))
     if error is not None:
         e = error
         msg = str(e) + "\n" + diagnostics

@@ -498,11 +498,12 @@ def hand_back(state: RunState) -> RunState:
     wins = {}
     flags = target_flags(opts.target)
     cl_io = state.opts.io_layout == "channels-last"
+    changed = {m.name: (bool(e2es[m.name].applied) or ex.layout(m.name).changed
+                        or bool(e2es[m.name].device)) for m in state.models}
     for m in state.models:
-        changed = (bool(e2es[m.name].applied) or ex.layout(m.name).changed
-                   or bool(e2es[m.name].device))
         # Unmeasured (--allow-unmeasured): what the proxy ranked above IREE's default.
-        wins[m.name] = changed and (not e2es[m.name].measured or e2es[m.name].speedup >= 1.0)
+        wins[m.name] = changed[m.name] and (not e2es[m.name].measured
+                                            or e2es[m.name].speedup >= 1.0)
         lib = m.dir / LIBRARY
         if wins[m.name]:
             write_build_script(m.dir, (*flags, *ex.layout(m.name).flags),
@@ -524,5 +525,5 @@ def hand_back(state: RunState) -> RunState:
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
                   dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
-                  dict(plans), torch, rejected, compared)
+                  dict(plans), torch, rejected, compared, changed)
     return replace(state, handback=hb)

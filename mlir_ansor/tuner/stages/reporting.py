@@ -236,8 +236,7 @@ def e2e_parts(state: RunState) -> list[str]:
     hb, parts = state.handback, []
     for m in state.models:
         e = hb.e2e[m.name]
-        changed = (bool(e.applied) or hb.layout(m.name, state.forms[m.name]).changed
-                   or bool(e.device))
+        changed = hb.changed[m.name]
         if not e.measured:
             match = (f"outputs match IREE's default, not torch: {e.default_differs}"
                      if e.default_differs else "outputs match torch")

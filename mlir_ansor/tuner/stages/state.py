@@ -122,14 +122,13 @@ class HandBack:
     # model -> (with the dispatcher, with one kernel per task): speedups over IREE's
     # default over the sizes, where both were built
     dispatcher_speedups: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # model -> its tuned module differs from IREE's default one (strategies applied, a
+    # layout, a runtime device): what `wins` was decided on
+    changed: Mapping[str, bool] = field(default_factory=dict)
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
         return what_runs(self.timed, set(self.entry_key.values()), defaults)
-
-    def layout(self, model: str, forms: ModelForms) -> ModelLayout:
-        return ModelLayout(forms.channels_last, tuple(self.sites.get(model, ())), forms.tiled,
-                           forms.tiled_sites, forms.small)
 
 
 @dataclass(frozen=True)
