@@ -80,10 +80,30 @@ def test_dynamic_dims_follow_the_channels_last_input():
     dims = [parse_dynamic("x:0=1..8"), parse_dynamic("x:3=4..16")]
     mapped = map_dynamic(resolve(model, inputs, dims), inputs)
     assert [d.dim for d in mapped.dims] == [0, 2]  # batch stays, W moves to 2 in NHWC
+    assert mapped.symbols == ("x_0", "x_3")  # named as the user wrote them
     wrapped, cl = wrap_channels_last("block", model, inputs)
     # torch.export binds the renumbered dims by the model's own argument names.
     text = import_model(wrapped, cl, mapped.export_shapes())
     assert "tensor<?x10x?x16xf32>" in text
+    # A dynamic model's transposes stay where they are (the pad is not moved), and the
+    # channels-last rewrite still works.
+    cl_text = to_channels_last(text)
+    assert "linalg.depthwise_conv_2d_nhwc_hwc" in cl_text
+
+
+class NestedOut(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return {"image": y, "pair": (y + 1, y.sum(dim=1))}
+
+
+def test_nested_outputs_are_exchanged_too():
+    x = torch.randn(1, 3, 4, 5)
+    wrapped, (x_cl,) = wrap_channels_last("nested", NestedOut(), (x,))
+    out = wrapped(x_cl)
+    torch.testing.assert_close(out["image"], (x * 2).permute(0, 2, 3, 1))
+    torch.testing.assert_close(out["pair"][0], (x * 2 + 1).permute(0, 2, 3, 1))
+    assert out["pair"][1].shape == (1, 4, 5)  # rank 3: as returned
 
 
 def _from_constants(value) -> bool:

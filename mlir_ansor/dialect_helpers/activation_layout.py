@@ -58,9 +58,12 @@ def _count(module: ir.Module) -> int:
 
 
 def transposed(value: ir.Value, perm: list[int]) -> ir.Value:
-    """`value` permuted by a `linalg.transpose` built at the insertion point."""
+    """`value` permuted by a `linalg.transpose` built at the insertion point (a dynamic
+    dim's size read with tensor.dim)."""
     t = ir.RankedTensorType(value.type)
-    empty = tensor.EmptyOp([t.shape[p] for p in perm], t.element_type).result
+    sizes: list = [tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), p).result).result
+                   if t.is_dynamic_dim(p) else t.shape[p] for p in perm]
+    empty = tensor.EmptyOp(sizes, t.element_type).result
     out = linalg.transpose(value, outs=[empty], permutation=perm)
     return out if isinstance(out, ir.Value) else out.results[0]
 
@@ -149,8 +152,8 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
     (tuner/io_layout.py) enters as NHWC -> transpose -> NCHW pad -> conv; once the conv is
     channels-last its own input transpose follows the pad, and with the pad moved the two
     transposes meet and cancel (canonicalize) instead of IREE fusing them into the conv's
-    input map (strided loads). Pads with dynamic widths or a padding value computed in the
-    region are left alone."""
+    input map (strided loads). Pads of dynamic shapes or widths, or with a padding value
+    computed in the region, are left alone."""
     moved = 0
     for pad in walk_ops(module.operation, "tensor.pad"):
         src = _op_of(pad.operands[0])
@@ -168,6 +171,8 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
         high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
         x = src.operands[0]
         xt = ir.RankedTensorType(x.type)
+        if not xt.has_static_shape:  # (`transposed` builds static empties only)
+            continue
         low_x, high_x = [0] * len(perm), [0] * len(perm)
         for i, d in enumerate(perm):  # result dim i is x's dim perm[i]
             low_x[d], high_x[d] = low[i], high[i]

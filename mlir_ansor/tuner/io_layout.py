@@ -49,9 +49,11 @@ def wrap_channels_last(name: str, model: Any, inputs: tuple) -> tuple[Any, tuple
     """(a torch module taking and returning the rank-4/5 tensors of `model` channels-last,
     its example inputs): a FrontendError if `model` has no rank-4/5 input."""
     import torch
+    import torch.utils._pytree as pytree
 
     if not any(_exchanged(x) for x in inputs):
-        ranks = ", ".join(str(x.dim()) for x in inputs)
+        ranks = ", ".join(str(x.dim()) if isinstance(x, torch.Tensor) else type(x).__name__
+                          for x in inputs)
         raise FrontendError(f"--io-layout channels-last: model {name} has no 4-D or 5-D input "
                             f"(input ranks: {ranks}); nothing to exchange channels-last")
 
@@ -62,10 +64,8 @@ def wrap_channels_last(name: str, model: Any, inputs: tuple) -> tuple[Any, tuple
         return x.permute(*to_first(x.dim())) if _exchanged(x) else x
 
     def forward(self, *args):
-        out = self.inner(*(first(a) for a in args))
-        if isinstance(out, (tuple, list)):
-            return type(out)(last(o) for o in out)
-        return last(out)
+        # Every rank-4/5 tensor of the output, however nested (tuples, lists, dicts).
+        return pytree.tree_map(last, self.inner(*(first(a) for a in args)))
 
     # torch.export binds `dynamic_shapes` by the forward's argument names: keep the model's.
     try:
@@ -73,23 +73,25 @@ def wrap_channels_last(name: str, model: Any, inputs: tuple) -> tuple[Any, tuple
     except (TypeError, ValueError):
         params = []
     if params:
-        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
         forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore
 
     cls = type("ChannelsLastIO", (torch.nn.Module,), {"forward": forward})
     wrapper = cls()
     wrapper.inner = model
-    if hasattr(model, "training"):
-        wrapper.train(model.training)
+    # The wrapper's own flag only: train() would reset every submodule's the user set.
+    wrapper.training = bool(getattr(model, "training", False))
     # contiguous(): the example is an ordinary NHWC tensor, as a user's channels_last view
     # permuted would be.
-    return wrapper, tuple(last(x).contiguous() for x in inputs)
+    return wrapper, tuple(last(x).contiguous() if _exchanged(x) else x for x in inputs)
 
 
 def map_dynamic(resolved: Any, inputs: tuple) -> Any:
     """`resolved` (dynamic.Resolved, against the model's own NCHW inputs) with each spec's
     dimension of a rank-4/5 input renumbered for its channels-last form."""
-    dims = tuple(replace(d, dim=to_last(inputs[p].dim()).index(d.dim))
+    # (Named as the user wrote them: x:3 stays "x_3" in labels, the report and torch.)
+    dims = tuple(replace(d, dim=to_last(inputs[p].dim()).index(d.dim),
+                         name=d.name or d.symbol)
                  if _exchanged(inputs[p]) else d
                  for d, p in zip(resolved.dims, resolved.positions))
     return replace(resolved, dims=dims)

@@ -473,11 +473,13 @@ def hand_back(state: RunState) -> RunState:
                 shutil.rmtree(d, ignore_errors=True)
     if not plans and _pad_fusion_pays(state, e2es[state.models[0].name]):
         m = state.models[0]
+        folder = m.dir / WITH_PAD_FUSION
         try:
             with clock.stage("hand back/pad fusion"):
                 sub, alt_ex, alt_e2e, folder = _with_pad_fusion(state, timed, winners)
         except (CompileError, DefaultModuleError) as e:  # the unfused form stands
             state.report(Note(f"the form with IREE's pad fusion failed ({e}): not taken"))
+            shutil.rmtree(folder, ignore_errors=True)
         else:
             choice = decide_pad_fusion(1 / e2es[m.name].speedup, 1 / alt_e2e.speedup,
                                        opts.min_speedup)
