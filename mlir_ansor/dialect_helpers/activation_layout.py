@@ -171,7 +171,7 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
         high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
         x = src.operands[0]
         xt = ir.RankedTensorType(x.type)
-        if not xt.has_static_shape:  # (`transposed` builds static empties only)
+        if not xt.has_static_shape:  # (the padded shape below is static arithmetic)
             continue
         low_x, high_x = [0] * len(perm), [0] * len(perm)
         for i, d in enumerate(perm):  # result dim i is x's dim perm[i]

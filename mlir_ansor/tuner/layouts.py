@@ -230,8 +230,6 @@ def side_by_side(vmfbs: Sequence[Path], inputs: Sequence[Path], tools: Toolchain
 @dataclass(frozen=True)
 class PadFusionChoice:
     on: bool
-    plain_s: float | None  # the tuned model end to end without it (None: not timed)
-    fused_s: float | None  # ... with PAD_FUSION_FLAGS (None: not timed)
     why: str = ""  # why it was not taken, or not measured
     # Decided end to end (--pad-fusion auto): the tuned model's speedups over IREE's
     # default without and with it, each timed side by side with that default.
@@ -248,8 +246,7 @@ def decide_pad_fusion(plain_s: float, fused_s: float,
     """On where the build with pad fusion is over `margin` times faster (latencies, or
     their inverse speedups over one baseline)."""
     on = plain_s > fused_s * margin
-    return PadFusionChoice(on, plain_s, fused_s, "" if on else
-                           f"not over {margin:.2f}x faster with IREE's defaults")
+    return PadFusionChoice(on, "" if on else f"not over {margin:.2f}x faster")
 
 
 def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,

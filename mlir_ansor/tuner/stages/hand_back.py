@@ -252,9 +252,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
     `sizes_of`: the dispatcher whose branch ends are checked too (default: the model's)."""
     cfg, tools = state.cfg, state.tools
     # IREE's local-sync device is a choice for CPU modules timed on this machine.
-    local_cpu = (get_target(state.opts.target).backend == "llvm-cpu" and state.runner is None
-                 and not tools.emulated)
-    sync_margin = state.opts.min_speedup if local_cpu else None
+    sync_margin = state.opts.min_speedup if _cpu_timed_here(state) else None
     prebuilt = m.baseline_dir / "default.vmfb"
     probe_dir = m.dir / "e2e" / "bisect"
     checks = []
@@ -332,6 +330,23 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
 WITHOUT_DISPATCHER = "without_dispatcher"
 
 
+def _cpu_timed_here(state: RunState) -> bool:
+    """Whether the run's modules are CPU modules timed on this machine."""
+    return (get_target(state.opts.target).backend == "llvm-cpu" and state.runner is None
+            and not state.tools.emulated)
+
+
+def _in_folder(m: ModelIn, name: str) -> ModelIn:
+    """`m` again in its folder's subfolder `name`, for another form of it to be exported,
+    built and checked there: its imported model and IREE's baseline build copied in."""
+    d = m.dir / name
+    (d / "e2e" / "baseline").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(m.dir / "model.mlir", d / "model.mlir")
+    if (m.baseline_dir / "default.vmfb").exists():
+        shutil.copyfile(m.baseline_dir / "default.vmfb", d / "e2e" / "baseline" / "default.vmfb")
+    return replace(m, dir=d)
+
+
 def _without_dispatcher(state: RunState, plans: dict[str, SizePlan], single: dict,
                         winners: dict) -> tuple[_Export, dict, dict[str, Path]]:
     """A size dispatcher is not free: IREE runs each branch's copy of the dynamic work in a
@@ -339,15 +354,7 @@ def _without_dispatcher(state: RunState, plans: dict[str, SizePlan], single: dic
     call at 16-64 tokens, 15-20%). The models built again with one kernel per task, each
     in a folder of its own, checked and timed at the same sizes as with the dispatcher:
     (their export, end-to-end results, folders) by model name."""
-    alts = []
-    for m in state.models:
-        d = m.dir / WITHOUT_DISPATCHER
-        (d / "e2e" / "baseline").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(m.dir / "model.mlir", d / "model.mlir")
-        if (m.baseline_dir / "default.vmfb").exists():
-            shutil.copyfile(m.baseline_dir / "default.vmfb", d / "e2e" / "baseline" /
-                            "default.vmfb")
-        alts.append(replace(m, dir=d))
+    alts = [_in_folder(m, WITHOUT_DISPATCHER) for m in state.models]
     sub = replace(state, models=tuple(alts))
     ex = _Export(sub, single, winners, {})
     e2es = {a.name: model_e2e(sub, ex, a, sizes_of=plans[a.name]) for a in alts}
@@ -364,32 +371,25 @@ def _pad_fusion_pays(state: RunState, e2e: EndToEnd) -> bool:
     if state.opts.pad_fusion != "auto" or not state.single or not e2e.measured:
         return False
     m = state.models[0]
-    local_cpu = (get_target(state.opts.target).backend == "llvm-cpu"
-                 and state.runner is None and not state.tools.emulated)
-    return (local_cpu and m.dynamic is None and state.opts.layout_rewrite
+    return (_cpu_timed_here(state) and m.dynamic is None and state.opts.layout_rewrite
             and not state.forms[m.name].fused
             and "tensor.pad" in (m.dir / "model_tuned.mlir").read_text())
 
 
 def _with_pad_fusion(state: RunState, timed: dict, winners: dict
-                     ) -> tuple[RunState, _Export, EndToEnd, Path]:
-    """The one model built again with IREE's pad fusion (layouts.PAD_FUSION_FLAGS), in a
-    folder of its own, checked and timed as the tuned form was: a padded conv then reads
-    its padding in place, and its strategy (made for the unfused dispatch) no longer
+                     ) -> tuple[_Export, EndToEnd]:
+    """The one model built again with IREE's pad fusion (layouts.PAD_FUSION_FLAGS), in its
+    folder's WITH_PAD_FUSION, checked and timed as the tuned form was: a padded conv then
+    reads its padding in place, and its strategy (made for the unfused dispatch) no longer
     applies there and drops out (IREE's kernel runs it); the other strategies stay. Which
     wins depends on the tuning: IREE's fused depthwise conv beat our tuned one plus the
     pad's copy, a tuned grouped conv beats IREE's fused one 7x."""
     m = state.models[0]
-    d = m.dir / WITH_PAD_FUSION
-    (d / "e2e" / "baseline").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(m.dir / "model.mlir", d / "model.mlir")
-    if (m.baseline_dir / "default.vmfb").exists():
-        shutil.copyfile(m.baseline_dir / "default.vmfb", d / "e2e" / "baseline" / "default.vmfb")
-    alt = replace(m, dir=d)
-    fused = replace(state.forms[m.name], pad_fusion=PadFusionChoice(True, None, None))
+    alt = _in_folder(m, WITH_PAD_FUSION)
+    fused = replace(state.forms[m.name], pad_fusion=PadFusionChoice(True))
     sub = replace(state, models=(alt,), forms={**state.forms, m.name: fused})
     ex = _Export(sub, timed, winners, {})
-    return sub, ex, model_e2e(sub, ex, alt), d
+    return ex, model_e2e(sub, ex, alt)
 
 
 def _move_forms(src: Path, dst: Path) -> None:
@@ -476,26 +476,23 @@ def hand_back(state: RunState) -> RunState:
         folder = m.dir / WITH_PAD_FUSION
         try:
             with clock.stage("hand back/pad fusion"):
-                sub, alt_ex, alt_e2e, folder = _with_pad_fusion(state, timed, winners)
+                alt_ex, alt_e2e = _with_pad_fusion(state, timed, winners)
         except (CompileError, DefaultModuleError) as e:  # the unfused form stands
             state.report(Note(f"the form with IREE's pad fusion failed ({e}): not taken"))
-            shutil.rmtree(folder, ignore_errors=True)
         else:
-            choice = decide_pad_fusion(1 / e2es[m.name].speedup, 1 / alt_e2e.speedup,
-                                       opts.min_speedup)
-            on = choice.on
-            state.report(Note(f"{m.name}: with IREE's pad fusion {alt_e2e.speedup:.2f}x "
-                              f"IREE's default end to end, without {e2es[m.name].speedup:.2f}x"
+            speedups = (e2es[m.name].speedup, alt_e2e.speedup)
+            on = decide_pad_fusion(1 / speedups[0], 1 / speedups[1], opts.min_speedup).on
+            state.report(Note(f"{m.name}: with IREE's pad fusion {speedups[1]:.2f}x "
+                              f"IREE's default end to end, without {speedups[0]:.2f}x"
                               f": {'taken' if on else 'not taken'}"))
-            choice = replace(choice, plain_s=None, fused_s=None,
-                             why="decided end to end on the tuned forms",
-                             speedups=(e2es[m.name].speedup, alt_e2e.speedup))
-            forms = {**state.forms, m.name: replace(state.forms[m.name], pad_fusion=choice)}
+            choice = PadFusionChoice(on, "decided end to end on the tuned forms", speedups)
             if on:
                 ex, e2es = alt_ex, {m.name: alt_e2e}
                 _move_forms(folder, m.dir)
-            state = replace(state, forms=forms)
+            state = replace(state, forms={**state.forms, m.name: replace(
+                state.forms[m.name], pad_fusion=choice)})
             ex.state = state
+        finally:
             shutil.rmtree(folder, ignore_errors=True)
     wins = {}
     flags = target_flags(opts.target)

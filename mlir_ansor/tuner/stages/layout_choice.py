@@ -143,9 +143,8 @@ def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
             refs, mags = torch_reference(m.model, xs)
             check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
     except CompileError as e:
-        return PadFusionChoice(False, None, None,
-                               f"IREE's build with pad fusion: {e}"[:300]), None
-    return PadFusionChoice(True, None, None, "--pad-fusion on"), vmfb
+        return PadFusionChoice(False, f"IREE's build with pad fusion: {e}"[:300]), None
+    return PadFusionChoice(True, "--pad-fusion on"), vmfb
 
 
 def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
