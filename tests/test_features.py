@@ -75,3 +75,24 @@ def test_every_sampled_program_has_finite_features():
         for i in range(50):
             f = program_features(ops, annotate(ops, sks[i % len(sks)], rng))
             assert f.shape == (len(ops), len(FEATURE_NAMES)) and np.isfinite(f).all()
+
+
+def test_memoized_facts_are_shared_and_immutable():
+    """The search's caches: an op's loop facts and a program's root nest are computed once
+    and cannot be changed by a caller (a mutated cached set would corrupt every later
+    candidate); the program's memo is not part of its identity."""
+    from mlir_ansor.sketch_passes.loops import batch_loops, reuse_rows, unit_loops
+    from mlir_ansor.tuner.features import root_nest
+
+    ops = ops_of(MATMUL)
+    mm = ops[1]
+    assert unit_loops(mm) is unit_loops(mm) and isinstance(unit_loops(mm), frozenset)
+    assert isinstance(batch_loops(mm), frozenset) and isinstance(reuse_rows(mm, 1), tuple)
+    sk = generate_sketches(ops, default_cpu_rules())[0]
+    prog = matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1))
+    first = program_features(ops, prog)
+    assert len(prog.memo) == 1  # the root's nest, shared with pruning's root_nest
+    assert root_nest(ops, prog).reg_tile == 32 and len(prog.memo) == 1
+    twin = matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1))
+    assert twin == prog and twin.key == prog.key and not twin.memo
+    assert np.array_equal(first, program_features(ops, twin))

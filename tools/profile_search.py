@@ -57,6 +57,7 @@ def main() -> int:
           f"{hashlib.sha1(''.join(p.key for p in out).encode()).hexdigest()[:12]}")
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     return 0
 
 

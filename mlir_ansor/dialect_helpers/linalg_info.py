@@ -74,10 +74,21 @@ class OpInfo:
 
     def output_dim_of_loop(self, loop: int) -> int | None:
         """Which dim of the (first) output tensor loop `loop` indexes, if any."""
+        return self._output_dims.get(loop)
+
+    @functools.cached_property
+    def _output_dims(self) -> dict[int, int]:
+        out: dict[int, int] = {}
         for pos, terms in enumerate(self.output.map_results):
-            if terms == ((loop, 1),):
-                return pos
-        return None
+            if len(terms) == 1 and terms[0][1] == 1:
+                out.setdefault(terms[0][0], pos)  # the first dim a loop indexes alone
+        return out
+
+    @functools.cached_property
+    def memo(self) -> dict:
+        """Loop facts other modules derive from this op once (sketch_passes.loops.op_fact):
+        the op never changes, and the search asks for them per candidate."""
+        return {}
 
 
 def _affine_terms(expr: ir.AffineExpr) -> tuple[tuple[int, int], ...] | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence, TypeVar
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.analysis import strided_window_loops
 from mlir_ansor.sketch_passes.program import Program
+
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -52,6 +54,21 @@ def footprint(o: OperandInfo, tile: dict[int, int]) -> int:
     return n
 
 
+def op_fact(fn: Callable[..., T]) -> Callable[..., T]:
+    """Memoize a loop fact of an op (and hashable extra arguments) in the op's `memo`: an
+    OpInfo never changes, and the search derives the same facts for every candidate."""
+    name = fn.__qualname__
+
+    @functools.wraps(fn)
+    def cached(op: OpInfo, *args):
+        key = (name, *args)
+        memo = op.memo
+        if key not in memo:
+            memo[key] = fn(op, *args)
+        return memo[key]
+    return cached
+
+
 def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
     for o in ops:
         if o.name == name:
@@ -59,13 +76,16 @@ def op_by_name(ops: Sequence[OpInfo], name: str) -> OpInfo:
     raise KeyError(f"no op named {name}")
 
 
-def window_loops(op: OpInfo) -> set[int] | None:
+@op_fact
+def window_loops(op: OpInfo) -> frozenset[int] | None:
     """Loops that appear in a compound (window) index expression; None if there is none."""
-    loops = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
+    loops = frozenset(d for o in op.operands for t in o.map_results if len(t) > 1
+                      for d, _ in t)
     return loops or None
 
 
-def window_rows(op: OpInfo) -> set[int]:
+@op_fact
+def window_rows(op: OpInfo) -> frozenset[int]:
     """Output loops of all window expressions but the last (e.g. the output row of a 2-D
     convolution): their innermost tile is 1 so the convolution decomposes to 1-D."""
     rows: list[int] = []
@@ -74,21 +94,24 @@ def window_rows(op: OpInfo) -> set[int]:
             if len(t) > 1:
                 par = [d for d, _ in t if op.iterators[d] == "parallel"]
                 rows.extend(par[:1])
-    return set(rows[:-1])
+    return frozenset(rows[:-1])
 
 
-def batch_loops(op: OpInfo) -> set[int]:
+@op_fact
+def batch_loops(op: OpInfo) -> frozenset[int]:
     """Parallel loops every operand is indexed by (the batch of a batch matmul)."""
     used = [{d for t in o.map_results for d, _ in t} for o in op.operands if o.shape]
-    return {l for l in op.parallel_dims if all(l in u for u in used)} if used else set()
+    return frozenset(l for l in op.parallel_dims if all(l in u for u in used)) if used \
+        else frozenset()
 
 
-def unit_loops(op: OpInfo) -> set[int]:
+@op_fact
+def unit_loops(op: OpInfo) -> frozenset[int]:
     """Loops whose register tile is 1: window rows (see window_rows) and, for ops with a
     reduction, batch loops (a batch dim in the register tile turns the vector contraction
     into one the outer-product lowering unrolls for minutes), and loops read with a stride
     by a folded window op (see strided_window_loops)."""
-    batch = batch_loops(op) if op.reduction_dims else set()
+    batch = batch_loops(op) if op.reduction_dims else frozenset()
     if window_loops(op) is not None:
         # A depthwise conv's channel is in every operand but is the output's contiguous
         # dim: its lanes are the vector (IREE vectorizes it too); as a unit loop nothing
@@ -97,13 +120,15 @@ def unit_loops(op: OpInfo) -> set[int]:
     return window_rows(op) | strided_window_loops(op) | batch
 
 
+@op_fact
 def lane_loop(op: OpInfo) -> int | None:
     """The parallel loop that indexes the output's contiguous (last) dim: the vector lanes."""
     last = len(op.output.shape) - 1
     return next((l for l in op.parallel_dims if op.output_dim_of_loop(l) == last), None)
 
 
-def reuse_rows(op: OpInfo, lane: int | None) -> list[int]:
+@op_fact
+def reuse_rows(op: OpInfo, lane: int | None) -> tuple[int, ...]:
     """Parallel loops whose iterations reuse the vectors loaded along `lane` (rows of an
     outer-product register tile): not `lane`, not `unit_loops`, indexing no input that
     `lane` indexes; [] when every input varies along the lanes (a depthwise conv: each row
@@ -112,10 +137,10 @@ def reuse_rows(op: OpInfo, lane: int | None) -> list[int]:
            if not o.is_output and o.shape]
     vec = [x for x in ins if lane in x]
     if len(vec) == len(ins):
-        return []
+        return ()
     unit = unit_loops(op)
-    return [l for l in op.parallel_dims
-            if l != lane and l not in unit and not any(l in x for x in vec)]
+    return tuple(l for l in op.parallel_dims
+                 if l != lane and l not in unit and not any(l in x for x in vec))
 
 
 def parallel_tiles(op: OpInfo, prog: Program, loop: int,

@@ -5,6 +5,7 @@ so a mutation edits one step and the emitter replays the list.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
@@ -106,6 +107,11 @@ def step_from_dict(d: dict) -> Step:
     return cls(**fields)
 
 
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 @dataclass(frozen=True)
 class Program:
     sketch: Sketch
@@ -166,12 +172,19 @@ class Program:
         # Shallow: step fields are str, int and tuples of int (dataclasses.asdict deep-copies
         # them, and was most of the search's time).
         return {"sketch": self.sketch.to_json(),
-                "steps": [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.steps]}
+                "steps": [{n: getattr(s, n) for n in _field_names(type(s))}
+                          for s in self.steps]}
 
     @staticmethod
     def from_json(d: dict) -> "Program":
         return Program(Sketch.from_json(d["sketch"]),
                        tuple(step_from_dict(s) for s in d["steps"]))
+
+    @cached_property
+    def memo(self) -> dict:
+        """What other modules derive from this program once (features.py: the root's nest);
+        not part of the program: equality, keys and JSON ignore it."""
+        return {}
 
     @cached_property
     def key(self) -> str:

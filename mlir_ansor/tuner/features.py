@@ -111,6 +111,16 @@ class _Nest:
 
 
 def _root_nest(op: OpInfo, program: Program) -> _Nest:
+    """The root's nest, computed once per program (pruning and the features both read it;
+    a _Nest is not changed after this)."""
+    key = ("root_nest", op.name, op.extents)
+    nest = program.memo.get(key)
+    if nest is None:
+        nest = program.memo[key] = _build_root_nest(op, program)
+    return nest
+
+
+def _build_root_nest(op: OpInfo, program: Program) -> _Nest:
     nest = _Nest(len(op.extents))
     par = program.find(ParallelStep, op.name)
     distributed = set(par.loops) if par else set()
