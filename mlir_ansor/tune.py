@@ -31,6 +31,13 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
+def _non_negative_float(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, the documented code, no usage dump
         print(f"error: {message} (see --help)", file=sys.stderr)
@@ -104,6 +111,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--early-stop", type=_non_negative_int, default=0, metavar="ROUNDS",
                    help="stop tuning a task after this many rounds without improvement "
                         "(0: never; f4 defaults to 3)")
+    p.add_argument("--search-minutes", type=_non_negative_float, default=0.0, metavar="MIN",
+                   help="wall minutes the search may take (0: no limit; --trials stays the "
+                        "upper bound; import, layout and hand back come on top)")
     p.add_argument("--repeat", type=_positive_int, default=5,
                    help="timed repetitions of every module benchmark (default 5)")
     p.add_argument("--min-repeat-ms", type=float, default=50.0,
@@ -164,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             io_layout=args.io_layout, pad_fusion=args.pad_fusion,
             small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
-            early_stop=args.early_stop, cost_model=args.cost_model,
+            early_stop=args.early_stop, search_minutes=args.search_minutes,
+            cost_model=args.cost_model,
             dynamic=tuple(args.dynamic), shape_weights=args.shape_weights,
             size_samples=args.size_samples, allow_unmeasured=args.allow_unmeasured,
             ray=args.ray, ssh=args.ssh, ssh_key=args.ssh_key, ssh_tools=args.ssh_tools,

@@ -54,6 +54,8 @@ def write(tmp_path: Path, text: str) -> Path:
     (["--objective", "f9"], "--objective"),
     (["--objective", "f2"], "--latency-requirement-ms"),
     (["--early-stop", "-2"], "--early-stop"),
+    (["--search-minutes", "-1"], "--search-minutes: must be >= 0, got -1"),
+    (["--search-minutes", "nan"], "--search-minutes: must be >= 0, got nan"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--target", "cuda"], "(cuda-sm80): tuning needs a runner for that device"),
     (["--target", "cuda:sm_90"], "offline batch: python -m mlir_ansor.offline prepare MODEL "

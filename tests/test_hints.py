@@ -66,3 +66,35 @@ def test_hints_allow_checks_max_inner():
     h = AnnotationHints(max_inner=4)
     assert any(not h.allows(task.ops, p) for p in progs)
     assert all(max(_inner(p, 0), _inner(p, 1)) <= 4 for p in progs if h.allows(task.ops, p))
+
+
+class _SlowMeasurer:
+    """Records every program as measured, `seconds` later on a fake clock."""
+
+    def __init__(self, clock: list, seconds: float):
+        self.clock, self.seconds, self.best_s = clock, seconds, None
+
+    def measure_iter(self, progs):
+        from mlir_ansor.tuner.records import Record
+        from mlir_ansor.tuner.status import Status
+        for p in progs:
+            self.clock[0] += self.seconds
+            yield Record("k", p.to_json(), p.key, Status.OK, latency_s=1e-3)
+
+
+def test_search_stops_at_its_time_limit(tmp_path, monkeypatch):
+    """--search-minutes: no batch starts once the limit is reached (the one in flight
+    ends); without a limit every trial is spent."""
+    import mlir_ansor.tuner.search as S
+    from mlir_ansor.tuner.records import RecordStore
+
+    task = _task()
+    for limit, want in ((6.0, 8), (0.0, 24)):
+        clock = [0.0]
+        monkeypatch.setattr(S.time, "monotonic", lambda: clock[0])
+        store, records = RecordStore(tmp_path / f"r{limit}.jsonl"), []
+        spent = S.tune_tasks([task], {task.key: _SlowMeasurer(clock, 1.0)}, store,
+                             S.SearchConfig(trials=24, batch=4, time_limit_s=limit), records,
+                             lambda t, r: None, RandomPolicy)
+        # 4 s per batch of 4: the limit is passed during the second batch.
+        assert spent == len(records) == len(store.load()) == want

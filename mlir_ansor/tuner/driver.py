@@ -102,6 +102,9 @@ class TuneOptions:
     objective: str = "f1"
     latency_requirement_s: float = 0.0
     early_stop: int = 0  # stop a task after this many rounds without improvement (0: never)
+    # Wall minutes the search stage may take (0: no limit): no batch starts after that, and
+    # `trials` becomes an upper bound. Import, layout and hand-back come on top.
+    search_minutes: float = 0.0
     # The cost model the run starts from: "auto" (the cost_model.json next to the first
     # --reuse file that has one, else the model shipped for the target, else none), "none",
     # or a path to a model a run saved (cost_model.json).
@@ -169,6 +172,8 @@ class TuneOptions:
             raise UsageError("--objective f2 needs --latency-requirement-ms > 0")
         if self.early_stop < 0:
             raise UsageError(f"--early-stop must be >= 0 (got {self.early_stop})")
+        if not self.search_minutes >= 0:  # (NaN too)
+            raise UsageError(f"--search-minutes must be >= 0 (got {self.search_minutes})")
         if min(self.repeat, self.retime_rounds, self.e2e_rounds) < 1:
             raise UsageError(f"--repeat, --retime-rounds and --e2e-rounds must be >= 1 (got "
                              f"{self.repeat}, {self.retime_rounds}, {self.e2e_rounds})")

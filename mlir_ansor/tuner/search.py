@@ -28,6 +28,9 @@ class SearchConfig:
     trials: int = 40  # measurements in total, over all tasks
     batch: int = 4  # programs measured per task per round
     seed: int = 0
+    # Wall seconds the search may take (0: no limit): no batch starts after that (the one
+    # in flight finishes), whatever is left of `trials`.
+    time_limit_s: float = 0.0
 
 
 class Policy(Protocol):
@@ -199,14 +202,16 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
                records: list[Record], on_record: Callable[[Task, Record], None],
                policy: PolicyFactory = RandomPolicy,
                scheduler: TaskScheduler | None = None,
-               context: Context | None = None, clock: WallTime | None = None) -> None:
-    """Spend `cfg.trials` new measurements in batches of `cfg.batch`; the scheduler picks
-    the task of each batch (round robin when none is given). With a `context`, records
-    measured elsewhere only train the policies: they set no best and do not count as
-    measured (the stages' search docstring)."""
+               context: Context | None = None, clock: WallTime | None = None) -> int:
+    """Spend `cfg.trials` new measurements in batches of `cfg.batch` (within
+    `cfg.time_limit_s`); the scheduler picks the task of each batch (round robin when none
+    is given). With a `context`, records measured elsewhere only train the policies: they
+    set no best and do not count as measured (the stages' search docstring). Returns the
+    measurements made."""
+    started = time.monotonic()
     tunable = [t for t in tasks if t.tunable]
     if not tunable:
-        return
+        return 0
     by_key = {t.key: t for t in tunable}
     scheduler = scheduler or round_robin_scheduler(tunable, cfg.seed)
     policies = {t.key: policy(t, cfg.seed) for t in tunable}
@@ -222,6 +227,8 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
                         (context is None or context.holds(r))} for t in tunable}
     spent = 0
     while spent < cfg.trials:
+        if cfg.time_limit_s and time.monotonic() - started >= cfg.time_limit_s:
+            break
         key = scheduler.next_task()
         if key is None:
             break
@@ -250,6 +257,7 @@ def tune_tasks(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: 
         spent += len(progs)
         b = best_by_task(records, context).get(key)
         scheduler.update(key, b.latency_s if b else math.inf)
+    return spent
 
 
 def round_robin(tasks: Sequence[Task], measurers: dict, store: RecordStore, cfg: SearchConfig,

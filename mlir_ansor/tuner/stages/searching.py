@@ -12,6 +12,7 @@ saved or shipped model (`--cost-model`) and saved to cost_model.json at the end.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,11 +115,17 @@ def search(state: RunState) -> RunState:
     factory = make_policy(opts.policy, base)
     policy = with_seeds(factory, *([kernel_seeds] if opts.kernel_seeds else []),
                         *([iree_seeds] if opts.iree_seeds else []))
-    tune_tasks(tunable, state.measurers, store,
-               SearchConfig(trials=max(0, opts.trials - done), batch=opts.batch, seed=opts.seed),
-               records, on_record, with_hints(policy, opts.hints), scheduler, state.context,
-               state.clock)
+    left, started = max(0, opts.trials - done), time.monotonic()
+    spent = tune_tasks(tunable, state.measurers, store,
+                       SearchConfig(trials=left, batch=opts.batch, seed=opts.seed,
+                                    time_limit_s=60.0 * opts.search_minutes),
+                       records, on_record, with_hints(policy, opts.hints), scheduler,
+                       state.context, state.clock)
     notes = state.notes
+    if opts.search_minutes and spent < left and \
+            time.monotonic() - started >= 60.0 * opts.search_minutes:
+        notes += (f"search stopped at --search-minutes {opts.search_minutes:g}: {spent} of "
+                  f"the {left} trials planned were measured",)
     if isinstance(factory, SharedEvolution):
         model = factory.model
         if model is not None and model.trained:
