@@ -83,3 +83,23 @@ def test_auto_decides_end_to_end_on_the_tuned_forms(tmp_path):
     if entry["handed_back"] == "tuned":
         assert (PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()) == on
     assert not (out / "with_pad_fusion").exists()
+
+
+def test_a_strategy_lost_only_to_pad_fusion_says_so():
+    """The report lists the unfused form's tasks: a strategy absent from the fused form
+    (its dispatch took in a pad) or dropped only in its build is explained by the fusion,
+    the others keep their reason."""
+    from types import SimpleNamespace as NS
+
+    from mlir_ansor.tuner.stages.hand_back import FUSED_AWAY, _fused_drops
+
+    def export(ids, dropped):
+        return NS(mine=lambda name: [NS(task_id=i) for i in ids], dropped=dropped)
+
+    plain = export(["t0", "t1", "t3"], {"t2": "slower in the model"})
+    fused = export(["t0"], {"t1": "not applied in the model: default kept",
+                            "t2": "slower in the model"})
+    _fused_drops(fused, plain, "m")
+    assert fused.dropped["t2"] == "slower in the model"
+    assert fused.dropped["t1"] == f"{FUSED_AWAY} (not applied in the model: default kept)"
+    assert fused.dropped["t3"] == FUSED_AWAY and "t0" not in fused.dropped

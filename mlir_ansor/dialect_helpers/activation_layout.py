@@ -21,7 +21,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 from iree.compiler.passmanager import PassManager
 
-from mlir_ansor.dialect_helpers.dispatch import walk_ops
+from mlir_ansor.dialect_helpers.dispatch import defined_within, walk_ops
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
 
 # The named channels-first convolutions torch-mlir emits that the pass converts (any conv
@@ -131,17 +131,6 @@ def _op_of(value: ir.Value) -> ir.Operation | None:
     return None if isinstance(owner, ir.Block) else owner.operation
 
 
-def _defined_in(value: ir.Value, op: ir.Operation) -> bool:
-    """Whether `value` is defined inside `op`'s regions."""
-    owner = value.owner
-    parent = owner.owner if isinstance(owner, ir.Block) else owner.operation.parent
-    while parent is not None:
-        if parent.operation == op.operation:
-            return True
-        parent = parent.operation.parent
-    return False
-
-
 def _permutation(op: ir.Operation) -> list[int]:
     return [int(v) for v in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
 
@@ -164,7 +153,7 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
             continue
         body = pad.regions[0].blocks[0].operations
         value = body[len(body) - 1].operands[0]
-        if _defined_in(value, pad):
+        if defined_within(value, pad):
             continue
         perm = _permutation(src)
         low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))

@@ -52,6 +52,23 @@ def walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
     return found
 
 
+def within(op, ancestor: ir.Operation) -> bool:
+    """`op` (an Operation or OpView) is `ancestor` or nested in its regions."""
+    p = op.operation if hasattr(op, "operation") else op
+    while p is not None:
+        if p == ancestor.operation:
+            return True
+        p = p.parent
+    return False
+
+
+def defined_within(value: ir.Value, op: ir.Operation) -> bool:
+    """`value` is defined inside `op`'s regions (by an op there, or as a block argument)."""
+    owner = value.owner
+    parent = owner.owner if isinstance(owner, ir.Block) else owner.operation.parent
+    return parent is not None and within(parent, op)
+
+
 def _is_hoistable_constant(op: ir.Operation) -> bool:
     if op.name != "arith.constant" or not isinstance(op.results[0].type, ir.RankedTensorType):
         return False

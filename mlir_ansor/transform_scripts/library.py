@@ -14,6 +14,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import func as func_d
 from iree.compiler.dialects import transform
 
+from mlir_ansor.dialect_helpers.dispatch import within
 from mlir_ansor.dialect_helpers.dynamic_sizes import (NOMINAL_SIZE, dynamic_ops,
                                                       signature_dims)
 from mlir_ansor.dialect_helpers.linalg_info import (OpInfo,
@@ -85,23 +86,13 @@ def captures_outer_values(task_mlir: str) -> bool:
                 for inner in block.operations:
                     for v in inner.operands:
                         owner = v.owner.owner if isinstance(v.owner, ir.Block) else v.owner
-                        if not _inside(owner, op) and _key(v) not in leaves:
+                        if not within(owner, op) and _key(v) not in leaves:
                             return True
     return False
 
 
 def _key(v: ir.Value) -> str:
     return v.get_name()
-
-
-def _inside(op, ancestor: ir.Operation) -> bool:
-    """`op` is `ancestor` or nested in it."""
-    p = op.operation if hasattr(op, "operation") else op
-    while p is not None:
-        if p == ancestor:
-            return True
-        p = p.parent
-    return False
 
 
 def _match_dims(target: ir.Value, op: OpInfo) -> None:
@@ -231,7 +222,7 @@ def _own_captures(copy: ir.Operation, block: ir.Block) -> None:
     def own(o: ir.Operation) -> ir.WalkResult:
         for k, v in enumerate(o.operands):
             owner = v.owner if isinstance(v, ir.OpResult) else v.owner.owner
-            if not _inside(owner, copy):
+            if not within(owner, copy):
                 if v not in captured:
                     src = getattr(owner, "operation", owner)
                     if isinstance(v, ir.OpResult) and src.name == "arith.constant":

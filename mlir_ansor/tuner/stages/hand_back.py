@@ -198,7 +198,11 @@ class _Export:
         plan = self.plans.get(m.name)
         if plan is not None:
             text = branch_by_size(text, plan.arg, plan.dim, plan.cuts)
-        if self.sites[m.name] or plan is not None:
+        # (A form with IREE's pad fusion has other dispatches than `plain_keys`, the
+        # unfused form's when the fusion is tried at the hand-back: a conv that took its
+        # pad in is another task, and the strategy made for it alone must not be exported
+        # there: it failed the fused build, and each failure cost a model compile.)
+        if self.sites[m.name] or plan is not None or st.forms[m.name].fused:
             seen = tagged_dispatches(model_flow(text, path, st.opts.target, st.tools, 600,
                                                 st.forms[m.name].flags))
             self.present[m.name] = frozenset(k for k, _, _ in seen)
@@ -392,6 +396,22 @@ def _with_pad_fusion(state: RunState, timed: dict, winners: dict
     return ex, model_e2e(sub, ex, alt)
 
 
+FUSED_AWAY = "IREE's pad fusion put a pad into this dispatch: IREE's kernel runs it"
+
+
+def _fused_drops(fused: _Export, plain: _Export, name: str) -> None:
+    """Say why a strategy of the unfused form (the tasks the report lists) is not in the
+    form with IREE's pad fusion: its dispatch took in a pad (another task there), or it
+    dropped out of that build only."""
+    mine = {e.task_id for e in fused.mine(name)}
+    for e in plain.mine(name):
+        if e.task_id not in mine and e.task_id not in fused.dropped:
+            fused.dropped[e.task_id] = FUSED_AWAY
+    for task_id, why in fused.dropped.items():
+        if task_id not in plain.dropped and why != FUSED_AWAY:
+            fused.dropped[task_id] = f"{FUSED_AWAY} ({why})"
+
+
 def _move_forms(src: Path, dst: Path) -> None:
     """The tuned form, library, layout and end-to-end results of `src` in place of `dst`'s
     (IREE's baseline build and its reference outputs stay)."""
@@ -487,6 +507,7 @@ def hand_back(state: RunState) -> RunState:
                               f": {'taken' if on else 'not taken'}"))
             choice = PadFusionChoice(on, "decided end to end on the tuned forms", speedups)
             if on:
+                _fused_drops(alt_ex, ex, m.name)
                 ex, e2es = alt_ex, {m.name: alt_e2e}
                 _move_forms(folder, m.dir)
             state = replace(state, forms={**state.forms, m.name: replace(
