@@ -28,7 +28,8 @@ from mlir_ansor.tuner.reporters import Note
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
                                         plan_sizes)
 from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
-from mlir_ansor.tuner.tasks import tagged_dispatches
+from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S
+from mlir_ansor.tuner.tasks import dispatch_keys, flow_source, tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
 from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
 
@@ -198,11 +199,7 @@ class _Export:
         plan = self.plans.get(m.name)
         if plan is not None:
             text = branch_by_size(text, plan.arg, plan.dim, plan.cuts)
-        # (A form with IREE's pad fusion has other dispatches than `plain_keys`, the
-        # unfused form's when the fusion is tried at the hand-back: a conv that took its
-        # pad in is another task, and the strategy made for it alone must not be exported
-        # there: it failed the fused build, and each failure cost a model compile.)
-        if self.sites[m.name] or plan is not None or st.forms[m.name].fused:
+        if self.sites[m.name] or plan is not None:
             seen = tagged_dispatches(model_flow(text, path, st.opts.target, st.tools, 600,
                                                 st.forms[m.name].flags))
             self.present[m.name] = frozenset(k for k, _, _ in seen)
@@ -391,6 +388,12 @@ def _with_pad_fusion(state: RunState, timed: dict, winners: dict
     m = state.models[0]
     alt = _in_folder(m, WITH_PAD_FUSION)
     fused = replace(state.forms[m.name], pad_fusion=PadFusionChoice(True))
+    # Its own dispatches: a conv that took its pad in is another task, and the strategy
+    # made for it alone is not exported there (it failed the fused build, one model
+    # compile per strategy).
+    flow = flow_source(fused.base, state.opts.target, state.tools, FLOW_TIMEOUT_S,
+                       fused.flags)
+    fused = replace(fused, flow=flow, plain_keys=frozenset(dispatch_keys(flow)))
     sub = replace(state, models=(alt,), forms={**state.forms, m.name: fused})
     ex = _Export(sub, timed, winners, {})
     return ex, model_e2e(sub, ex, alt)
