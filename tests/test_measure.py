@@ -267,6 +267,39 @@ def test_a_candidate_the_default_outclasses_leaves_the_race(mm_measurer, monkeyp
     assert not M.outclassed([2.0], [1.0], [{"a": 3.0}], [{"a": 1.0}])  # one round: too early
 
 
+def test_the_race_ends_once_one_program_has_clearly_won(mm_measurer, monkeypatch):
+    """A program that another program beats in every run leaves the race too (only the
+    fastest can be kept), and once one is left that beats the default by the margin in
+    every run the rounds end: the hand-back's decision is made (ResNet-50's re-time was 5
+    of its 30 minutes)."""
+    progs = _programs(mm_measurer, 3, seed=23)
+    speed = {"c0": 0.5, "c1": 0.6, "c2": 0.95}
+    calls = []
+
+    def timed(artifact):
+        name = "default" if artifact == mm_measurer.default_vmfb else artifact.parent.name
+        calls.append(name)
+        s = speed.get(name, 1.0)
+        return s, {"": s}
+
+    monkeypatch.setattr(mm_measurer, "timed", timed)
+    res = mm_measurer.remeasure(progs, rounds=4, margin=1.5)
+    # c1 and c2 lose to c0 after two rounds; c0 won by over 1.5x: no third round.
+    assert calls.count("c1") == 2 and calls.count("c2") == 2 and calls.count("c0") == 2
+    assert calls.count("default") == 2
+    assert res.tuned == [0.5, 0.6, 0.95]
+    calls.clear()
+    # Within the margin: the rounds go on for the leader (the decision is still open).
+    mm_measurer.remeasure(progs, rounds=4, margin=2.5)
+    assert calls.count("c0") == 4 and calls.count("default") == 4 and calls.count("c1") == 2
+    # A dynamic task's program must win at every size sample to end the rounds.
+    assert not M.clear_win([0.5, 0.5], [1.0, 1.0], [{"a": 0.2, "b": 0.99}] * 2,
+                           [{"a": 1.0, "b": 1.0}] * 2, 1.03)
+    assert M.clear_win([0.5, 0.5], [1.0, 1.0], [{"a": 0.2, "b": 0.9}] * 2,
+                       [{"a": 1.0, "b": 1.0}] * 2, 1.03)
+    assert not M.clear_win([0.5], [1.0], [{"a": 0.5}], [{"a": 1.0}], 1.03)  # one round
+
+
 def test_the_runtime_device_is_passed_to_every_run(mm_measurer, tools):
     """`MeasureConfig.device` picks IREE's runtime device for validation and timing alike
     (local-sync: the call on the caller's thread); an unknown one fails with IREE's error."""

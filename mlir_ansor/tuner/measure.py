@@ -174,6 +174,19 @@ def outclassed(mine: Sequence[float], theirs: Sequence[float],
                for k in (theirs_at[0] if theirs_at else ()))
 
 
+def clear_win(mine: Sequence[float], theirs: Sequence[float],
+              mine_at: Sequence[dict[str, float]], theirs_at: Sequence[dict[str, float]],
+              margin: float) -> bool:
+    """Whether a candidate has won beyond doubt: after two or more interleaved rounds its
+    slowest run is over `margin` times faster than the default's fastest, overall and at
+    every size sample. Its median then beats the default's by the margin whatever further
+    rounds measure near these, so they would only cost time."""
+    if min(len(mine), len(theirs)) < 2 or max(mine) * margin >= min(theirs):
+        return False
+    return all(max(r[k] for r in mine_at) * margin < min(r[k] for r in theirs_at)
+               for k in (theirs_at[0] if theirs_at else ()))
+
+
 @dataclass(frozen=True)
 class Point:
     """Where a task is measured: one set of inputs (a static task has one; a dynamic task
@@ -356,11 +369,15 @@ class TaskMeasurer:
         return RunInput(artifact, point.inputs, point.reference if validate else (),
                         point.magnitude if validate else (), time, slow_cutoff_s)
 
-    def remeasure(self, programs: Sequence[Program], rounds: int = 4) -> Remeasured | None:
+    def remeasure(self, programs: Sequence[Program], rounds: int = 4,
+                  margin: float | None = None) -> Remeasured | None:
         """Build and validate `programs` again, then re-time the default and them in
         interleaved rounds (a noisy machine drifts between measurements taken minutes
         apart; records of another machine or IREE version were never run here); a program
-        `outclassed` by the default leaves the race, and the rounds end when none is left.
+        `outclassed` by the default or by another program leaves the race, and the rounds
+        end when none is left, or when one is left with a `clear_win` by `margin` over the
+        default (the caller's threshold for keeping a program: the decision is made; None:
+        all rounds run for it).
         Medians of the default and of each program over the rounds it ran (None where it
         failed now), also per size sample of a dynamic task; None if the default failed."""
         base = self.dir / "best"
@@ -399,6 +416,15 @@ class TaskMeasurer:
                     at_new[i].append(by)
             racing = [go and not outclassed(t, t_def, a, at_def)
                       for go, t, a in zip(racing, t_new, at_new)]
+            # Only the fastest program can be kept: one that another still racing beats in
+            # every run (at every size) leaves too.
+            racing = [go and not any(racing[j] and j != i and outclassed(
+                t_new[i], t_new[j], at_new[i], at_new[j]) for j in range(len(racing)))
+                for i, go in enumerate(racing)]
+            left = [i for i, go in enumerate(racing) if go]
+            if margin is not None and len(left) == 1 and clear_win(
+                    t_new[left[0]], t_def, at_new[left[0]], at_def, margin):
+                break
         ok = [bool(v and t) for v, t in zip(vmfbs, t_new)]
         return Remeasured(statistics.median(t_def),
                           [statistics.median(t) if k else None for k, t in zip(ok, t_new)],

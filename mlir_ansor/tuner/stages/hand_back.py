@@ -70,7 +70,8 @@ def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]]
         # not rank against ours: both are measured again side by side).
         top = top_programs(here, t.key, state.opts.top_k)
         top += [p for p in top_programs(elsewhere, t.key, state.opts.top_k) if p not in top]
-        res = (state.measurers[t.key].remeasure(top, rounds=state.opts.retime_rounds)
+        res = (state.measurers[t.key].remeasure(top, rounds=state.opts.retime_rounds,
+                                                    margin=state.opts.min_speedup)
                if top else None)
         if res is None:
             continue
@@ -190,7 +191,7 @@ class _Export:
     def layout(self, name: str) -> ModelLayout:
         f = self.state.forms[name]
         return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small,
-                           f.fused)
+                           f.fused, f.folded)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state
