@@ -144,6 +144,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "of a dispatch copying its input; such dispatches are left to "
                         "IREE): auto builds the tuned model both ways at the end and keeps "
                         "the faster (default), on, off (llvm-cpu)")
+    p.add_argument("--fold-transposes", choices=["auto", "on", "off"], default="auto",
+                   help="IREE folds constant weights' transposes at compile time instead of "
+                        "propagating them into the contractions (which then read the weight "
+                        "across their vector lanes): auto where that leaves fewer such "
+                        "reads (default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
             io_layout=args.io_layout, pad_fusion=args.pad_fusion,
-            small_sizes=args.small_sizes,
+            fold_transposes=args.fold_transposes, small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, search_minutes=args.search_minutes,
             cost_model=args.cost_model,

@@ -89,6 +89,11 @@ class TuneOptions:
     # never. A fused dispatch stays IREE's (IREE's transform-dialect path turns the pad
     # into a fill and copy of the whole padded input before a strategy runs).
     pad_fusion: str = "auto"
+    # IREE's transpose propagation (llvm-cpu): "auto" folds constant weights' transposes at
+    # compile time instead where that leaves fewer contractions reading a weight across
+    # their vector lanes (tuner/layouts.py: decide_fold_transposes); "on" wherever it
+    # changes the dispatches; "off" leaves IREE's default.
+    fold_transposes: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -152,6 +157,9 @@ class TuneOptions:
             raise UsageError(f"top_k must be >= 1 (got {self.top_k})")
         if self.pad_fusion not in ("auto", "on", "off"):
             raise UsageError(f"unknown --pad-fusion {self.pad_fusion!r} (auto, on or off)")
+        if self.fold_transposes not in ("auto", "on", "off"):
+            raise UsageError(f"unknown --fold-transposes {self.fold_transposes!r} "
+                             "(auto, on or off)")
         if self.small_sizes not in ("auto", "off"):
             raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
         if self.io_layout not in IO_LAYOUTS:

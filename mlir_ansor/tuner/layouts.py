@@ -63,6 +63,13 @@ DATA_TILING_FLAGS = ("--iree-dispatch-creation-data-tiling",)
 # padding in place) instead of a dispatch of its own that copies the whole input into a
 # padded buffer: DEP-b16 channels-last 1.0 -> 0.3-0.5 ms with IREE's defaults.
 PAD_FUSION_FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
+# IREE propagates transposes into the ops that read them (on by default): a constant
+# weight's transpose becomes the contraction's indexing map, so a linear layer or a
+# channels-last 1x1 conv reads its weight [N, K] while the vector lanes run along N, one
+# strided load per lane (196x1024 @ 1024x256 tuned: 96 GFLOP/s reading [N, K], 157 reading
+# [K, N]). Off, the transpose stays on the constant and IREE's constant evaluation folds it
+# at compile time.
+FOLD_TRANSPOSES_FLAGS = ("--iree-global-opt-propagate-transposes=false",)
 
 
 @dataclass(frozen=True)
@@ -79,11 +86,13 @@ class ModelLayout:
     tiled_sites: tuple[int, ...] = ()
     small_sizes: SmallSizes | None = None
     fuse_pads: bool = False  # IREE fuses pads into their consumers' dispatches
+    fold_transposes: bool = False  # constant weights' transposes folded, not propagated
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags every build of the model in this layout needs."""
-        return ((PAD_FUSION_FLAGS if self.fuse_pads else ())
+        return ((FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
+                + (PAD_FUSION_FLAGS if self.fuse_pads else ())
                 + (DATA_TILING_FLAGS if self.data_tiling else ()))
 
     def apply(self, model_mlir: str) -> str:
@@ -101,7 +110,7 @@ class ModelLayout:
     @property
     def changed(self) -> bool:
         return (self.channels_last or bool(self.sites) or self.data_tiling
-                or self.small_sizes is not None or self.fuse_pads)
+                or self.small_sizes is not None or self.fuse_pads or self.fold_transposes)
 
 
 @dataclass(frozen=True)
@@ -236,6 +245,61 @@ class PadFusionChoice:
     speedups: tuple[float, float] | None = None
 
 
+@dataclass(frozen=True)
+class TransposeChoice:
+    """Whether IREE folds constant weights' transposes (FOLD_TRANSPOSES_FLAGS) instead of
+    propagating them into the contractions, and the MFLOP of contractions that read an
+    input across their vector lanes (`lane_strided_mflop`) without and with."""
+
+    on: bool
+    why: str = ""
+    strided_mflop: tuple[float, float] | None = None
+
+
+def lane_strided_mflop(tasks: Sequence[Task]) -> float:
+    """MFLOP (times each dispatch's count) of the contractions with an input that indexes
+    the output's innermost loop, the one our kernels' vector lanes run along, in a dim that
+    is not its own innermost: every vector of it is a gather of strided elements."""
+    total = 0.0
+    for t in tasks:
+        for op in t.ops:
+            if not op.is_linalg or not op.reduction_dims or not op.output.map_results:
+                continue
+            last = op.output.map_results[-1]
+            if len(last) != 1:
+                continue
+            lane = last[0][0]
+            for o in op.operands:
+                if o.is_output:
+                    continue
+                dims = [i for i, terms in enumerate(o.map_results)
+                        if any(loop == lane for loop, _ in terms)]
+                if dims and dims[-1] != len(o.map_results) - 1:
+                    total += op.flops * t.weight / 1e6
+                    break
+    return total
+
+
+def decide_fold_transposes(plain: Sequence[Task], folded: Sequence[Task], mode: str
+                           ) -> TransposeChoice:
+    """Fold where it changes the dispatches at all (`mode` "on"), or ("auto") where it
+    leaves fewer MFLOP reading across the vector lanes and forms no more dispatches (a
+    transpose of an activation that propagation would have fused away then needs its own)."""
+    a, b = lane_strided_mflop(plain), lane_strided_mflop(folded)
+    if sorted(t.key for t in plain) == sorted(t.key for t in folded):
+        return TransposeChoice(False, "no dispatch changes with it", (a, b))
+    if mode == "on":
+        return TransposeChoice(True, "--fold-transposes on", (a, b))
+    n_plain, n_folded = sum(t.weight for t in plain), sum(t.weight for t in folded)
+    if n_folded > n_plain:
+        return TransposeChoice(False, f"it forms {n_folded} dispatches against {n_plain}",
+                               (a, b))
+    if b >= a:
+        return TransposeChoice(False, "no fewer contractions read across their vector lanes",
+                               (a, b))
+    return TransposeChoice(True, "", (a, b))
+
+
 # Pad fusion is taken where the tuned model is this much faster with it end to end
 # (hand_back; the export's margin by default).
 PAD_FUSION_MARGIN = 1.03
@@ -301,13 +365,14 @@ def model_flow(text: str, path: Path, target: str, tools: Toolchain, timeout_s: 
 
 
 def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
-                 tools: Toolchain, timeout_s: float, tile: int, convolutions: bool = True
-                 ) -> tuple[list[Alternative], list[Task]]:
+                 tools: Toolchain, timeout_s: float, tile: int, convolutions: bool = True,
+                 flags: Sequence[str] = ()) -> tuple[list[Alternative], list[Task]]:
     """The packable contractions of the model with what packing each changes, and the
     dispatches the plain model lacks as tasks (`layout_of` names their sites;
     `convolutions`: see find_sites). Sites of one signature (the same op on the same operand
     types, e.g. the repeated 1x1 convs of a ResNet stage) are one alternative, packed
-    together: one dispatch formation of the whole model each, and one decision."""
+    together: one dispatch formation of the whole model each, and one decision; `flags`:
+    the model's build flags, with which `plain_flow` was formed."""
     plain = Counter(dispatch_keys(plain_flow))
     alts: list[Alternative] = []
     tasks: dict[str, Task] = {}
@@ -318,7 +383,8 @@ def alternatives(model_mlir: str, plain_flow: str, workdir: Path, target: str,
         groups.setdefault(sig, []).append(s)
     try:
         for group in groups.values():
-            flow = model_flow(rewrite(model_mlir, group), scratch, target, tools, timeout_s)
+            flow = model_flow(rewrite(model_mlir, group), scratch, target, tools, timeout_s,
+                              flags)
             packed = Counter(dispatch_keys(flow))
             added = packed - plain
             label = f"site {','.join(str(s.index) for s in group)} ({group[0].op_name})"
@@ -371,7 +437,8 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
                                 "data_tiled_sites": list(layout.tiled_sites),
                                 "small_sizes": (asdict(layout.small_sizes)
                                                 if layout.small_sizes else None),
-                                "fuse_pads": layout.fuse_pads},
+                                "fuse_pads": layout.fuse_pads,
+                                "fold_transposes": layout.fold_transposes},
                                indent=1))
 
 
@@ -394,6 +461,7 @@ def load_layout(path: Path) -> ModelLayout:
         return ModelLayout(bool(data["channels_last"]), sites,
                            bool(data.get("data_tiling", False)),
                            tuple(int(i) for i in data.get("data_tiled_sites", ())), small,
-                           bool(data.get("fuse_pads", False)))
+                           bool(data.get("fuse_pads", False)),
+                           bool(data.get("fold_transposes", False)))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

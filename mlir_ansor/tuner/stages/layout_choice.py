@@ -25,12 +25,14 @@ from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
                                   torch_reference)
 from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
-                                      PAD_FUSION_FLAGS, DataTilingChoice, PadFusionChoice,
+                                      FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
+                                      DataTilingChoice, PadFusionChoice, TransposeChoice,
+                                      decide_fold_transposes,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, side_by_side, small_size_tops)
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
-from mlir_ansor.tuner.tasks import dispatch_keys, flow_source
+from mlir_ansor.tuner.tasks import dispatch_keys, extract_tasks, flow_source
 
 FLOW_TIMEOUT_S = 600
 
@@ -70,11 +72,17 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         base = m.dir / "model_channels_last.mlir"
         base_vmfb = m.dir / "e2e" / "layout" / "channels_last.vmfb"
     pad, flags = None, ()
+    transposes, flow = None, None  # flow: `base` after dispatch formation with `flags`
+    if opts.fold_transposes != "off" and relayout:
+        with clock.stage("layout/transposes"):
+            transposes, flow, folded_vmfb = fold_transposes(state, m, base)
+        if folded_vmfb is not None:
+            flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
     if opts.pad_fusion == "on" and relayout and "tensor.pad" in base.read_text():
         with clock.stage("layout/pad fusion"):
-            pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb)
+            pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb, flags)
         if fused_vmfb is not None:
-            flags, base_vmfb = PAD_FUSION_FLAGS, fused_vmfb
+            flags, base_vmfb, flow = (*flags, *PAD_FUSION_FLAGS), fused_vmfb, None
     tiling, tiled_flow = None, None
     if opts.data_tiling != "off" and relayout:
         try:
@@ -87,7 +95,7 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         shutil.copyfile(tiled_flow[0], hinted)
         base, flow, base_vmfb = hinted, tiled_flow[1], tiled_flow[2]
         flags = (*flags, *DATA_TILING_FLAGS)
-    else:
+    elif flow is None:
         flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, flags)
     small = None
     if opts.small_sizes != "off" and relayout and m.dynamic is not None:
@@ -118,15 +126,45 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             alts, packed = alternatives(base.read_text(), flow, m.dir, opts.target, tools,
                                         FLOW_TIMEOUT_S,
                                         opts.layout_tile or pack_tile(get_target(opts.target)),
-                                        convolutions=not channels_last)
+                                        convolutions=not channels_last, flags=flags)
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     return ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
-                      tuple(alts), tuple(packed), flow, tiling, small, pad), notes
+                      tuple(alts), tuple(packed), flow, tiling, small, pad,
+                      transposes), notes
 
 
-def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
-               ) -> tuple[PadFusionChoice, Path | None]:
+def fold_transposes(state: RunState, m: ModelIn, base: Path
+                    ) -> tuple[TransposeChoice, str, Path | None]:
+    """Whether IREE folds `base`'s constant transposes instead of propagating them
+    (layouts.decide_fold_transposes on both forms' dispatches), the flow of the form
+    chosen, and, where folded, IREE's default build of it, which must match torch on the
+    example (every size sample of a dynamic model)."""
+    opts, tools = state.opts, state.tools
+    plain_flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
+    folded_flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, FOLD_TRANSPOSES_FLAGS)
+    choice = decide_fold_transposes(extract_tasks(plain_flow, opts.target),
+                                    extract_tasks(folded_flow, opts.target),
+                                    opts.fold_transposes)
+    if not choice.on:
+        return choice, plain_flow, None
+    work = m.dir / "e2e" / "transposes"
+    work.mkdir(parents=True, exist_ok=True)
+    vmfb = work / "folded.vmfb"
+    try:
+        compile_model(tools, base, vmfb, state.cfg, None, FOLD_TRANSPOSES_FLAGS)
+        for i, (xs, _) in enumerate(sample_inputs(m)):
+            where = work / f"sample{i}"
+            refs, mags = torch_reference(m.model, xs)
+            check_outputs(tools, vmfb, save_inputs(xs, where), refs, mags, where, state.cfg)
+    except CompileError as e:
+        return (replace(choice, on=False, why=f"IREE's build with it: {e}"[:300]),
+                plain_flow, None)
+    return choice, folded_flow, vmfb
+
+
+def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
+               flags: tuple[str, ...] = ()) -> tuple[PadFusionChoice, Path | None]:
     """--pad-fusion on: `base` built with IREE's pad fusion (PAD_FUSION_FLAGS), which must
     match torch on the example (every size sample of a dynamic model); the choice and that
     build where it does. (--pad-fusion auto decides later, end to end on the tuned forms:
@@ -136,7 +174,7 @@ def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path
     work.mkdir(parents=True, exist_ok=True)
     vmfb = work / "fused.vmfb"
     try:
-        compile_model(tools, base, vmfb, state.cfg, None, PAD_FUSION_FLAGS)
+        compile_model(tools, base, vmfb, state.cfg, None, (*flags, *PAD_FUSION_FLAGS))
         for i, (xs, _) in enumerate(sample_inputs(m)):
             where = work / f"sample{i}"
             paths = save_inputs(xs, where)

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
-from mlir_ansor.tuner.layouts import PAD_FUSION_FLAGS
+from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -144,6 +144,17 @@ def layout_parts(state: RunState) -> list[str]:
                      f"imported {fmt_ms(a.plain_s)} ms, channels-last {cl_ms} ms: tuned "
                      + ("channels-last (model_tuned.mlir)" if a.channels_last
                         else f"as imported ({a.why})"))
+    for name, f in state.forms.items():
+        c = f.transposes
+        if c is None:
+            continue
+        reads = (f"contractions reading a weight across their vector lanes "
+                 f"{c.strided_mflop[0]:.1f} MFLOP propagated, {c.strided_mflop[1]:.1f} folded"
+                 if c.strided_mflop else "")
+        parts.append(f"Weight transposes of {name} ({reads}): "
+                     + ("folded at compile time, every build passes "
+                        + " ".join(FOLD_TRANSPOSES_FLAGS) if c.on
+                        else f"propagated into the contractions (IREE's default): {c.why}"))
     for name, f in state.forms.items():
         p = f.pad_fusion
         if p is None:
@@ -360,6 +371,7 @@ def write_report(state: RunState) -> RunState:
                          "io_layout": state.opts.io_layout,
                          "data_tiling": state.forms[m.name].tiled,
                          "pad_fusion": state.forms[m.name].fused,
+                         "fold_transposes": state.forms[m.name].folded,
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

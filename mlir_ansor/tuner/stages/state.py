@@ -11,7 +11,8 @@ from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
-                                      ModelLayout, PadFusionChoice, SmallSizesChoice)
+                                      ModelLayout, PadFusionChoice, SmallSizesChoice,
+                                      TransposeChoice)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -56,11 +57,18 @@ class ModelForms:
     data_tiling: DataTilingChoice | None = None  # None: not considered (see the notes)
     small_sizes: SmallSizesChoice | None = None  # None: not considered (a static model...)
     pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
+    transposes: TransposeChoice | None = None  # None: not considered (--fold-transposes off)
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags of every build of this model's tuned form."""
-        return ModelLayout(data_tiling=self.tiled, fuse_pads=self.fused).flags
+        return ModelLayout(data_tiling=self.tiled, fuse_pads=self.fused,
+                           fold_transposes=self.folded).flags
+
+    @property
+    def folded(self) -> bool:
+        """Whether IREE folds constant weights' transposes instead of propagating them."""
+        return bool(self.transposes and self.transposes.on)
 
     @property
     def codegen_flags(self) -> tuple[str, ...]:
