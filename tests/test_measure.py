@@ -237,21 +237,28 @@ def test_programs_handed_back_are_validated_here(mm_measurer, tmp_path):
     assert times == [None, None]
 
 
+def _fake_timing(measurer, monkeypatch, speed: dict) -> list:
+    """Re-timing without running: each candidate (c0, c1, ...) takes `speed[name]` s, the
+    default 1.0 s; the names timed, in order, land in the returned list."""
+    calls = []
+
+    def timed(artifact):
+        name = "default" if artifact == measurer.default_vmfb else artifact.parent.name
+        calls.append(name)
+        s = speed.get(name, 1.0)
+        return s, {"": s}
+
+    monkeypatch.setattr(measurer, "timed", timed)
+    return calls
+
+
 def test_a_candidate_the_default_outclasses_leaves_the_race(mm_measurer, monkeypatch):
     """Re-timing before hand-back races the best programs against IREE's default: one that
     is slower in every run after two rounds, at every size, stops being timed, and the
     rounds end when none is left (most of a large model's tasks keep IREE's kernel)."""
     progs = _programs(mm_measurer, 2, seed=21)
     speed = {"c0": 2.0, "c1": 0.9}  # c0 cannot win; c1 might
-    calls = []
-
-    def timed(artifact):
-        name = "default" if artifact == mm_measurer.default_vmfb else artifact.parent.name
-        calls.append(name)
-        s = speed.get(name, 1.0)
-        return s, {"": s}
-
-    monkeypatch.setattr(mm_measurer, "timed", timed)
+    calls = _fake_timing(mm_measurer, monkeypatch, speed)
     res = mm_measurer.remeasure(progs, rounds=4)
     assert calls.count("c0") == 2 and calls.count("c1") == 4 and calls.count("default") == 4
     assert res.tuned == [2.0, 0.9] and res.default_s == 1.0
@@ -274,15 +281,7 @@ def test_the_race_ends_once_one_program_has_clearly_won(mm_measurer, monkeypatch
     of its 30 minutes)."""
     progs = _programs(mm_measurer, 3, seed=23)
     speed = {"c0": 0.5, "c1": 0.6, "c2": 0.95}
-    calls = []
-
-    def timed(artifact):
-        name = "default" if artifact == mm_measurer.default_vmfb else artifact.parent.name
-        calls.append(name)
-        s = speed.get(name, 1.0)
-        return s, {"": s}
-
-    monkeypatch.setattr(mm_measurer, "timed", timed)
+    calls = _fake_timing(mm_measurer, monkeypatch, speed)
     res = mm_measurer.remeasure(progs, rounds=4, margin=1.5)
     # c1 and c2 lose to c0 after two rounds; c0 won by over 1.5x: no third round.
     assert calls.count("c1") == 2 and calls.count("c2") == 2 and calls.count("c0") == 2
