@@ -134,6 +134,20 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                       transposes), notes
 
 
+def checked_build(state: RunState, m: ModelIn, base: Path, vmfb: Path,
+                  flags: tuple[str, ...]) -> None:
+    """IREE's default build of `base` with `flags` into `vmfb`, checked against torch on
+    the example (every size sample of a dynamic model; inputs and outputs saved next to
+    it); CompileError where it does not build or does not match."""
+    vmfb.parent.mkdir(parents=True, exist_ok=True)
+    compile_model(state.tools, base, vmfb, state.cfg, None, flags)
+    for i, (xs, _) in enumerate(sample_inputs(m)):
+        where = vmfb.parent / f"sample{i}"
+        refs, mags = torch_reference(m.model, xs)
+        check_outputs(state.tools, vmfb, save_inputs(xs, where), refs, mags, where,
+                      state.cfg)
+
+
 def fold_transposes(state: RunState, m: ModelIn, base: Path
                     ) -> tuple[TransposeChoice, str, Path | None]:
     """Whether IREE folds `base`'s constant transposes instead of propagating them
@@ -148,15 +162,9 @@ def fold_transposes(state: RunState, m: ModelIn, base: Path
                                     opts.fold_transposes)
     if not choice.on:
         return choice, plain_flow, None
-    work = m.dir / "e2e" / "transposes"
-    work.mkdir(parents=True, exist_ok=True)
-    vmfb = work / "folded.vmfb"
+    vmfb = m.dir / "e2e" / "transposes" / "folded.vmfb"
     try:
-        compile_model(tools, base, vmfb, state.cfg, None, FOLD_TRANSPOSES_FLAGS)
-        for i, (xs, _) in enumerate(sample_inputs(m)):
-            where = work / f"sample{i}"
-            refs, mags = torch_reference(m.model, xs)
-            check_outputs(tools, vmfb, save_inputs(xs, where), refs, mags, where, state.cfg)
+        checked_build(state, m, base, vmfb, FOLD_TRANSPOSES_FLAGS)
     except CompileError as e:
         return (replace(choice, on=False, why=f"IREE's build with it: {e}"[:300]),
                 plain_flow, None)
@@ -169,17 +177,9 @@ def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
     match torch on the example (every size sample of a dynamic model); the choice and that
     build where it does. (--pad-fusion auto decides later, end to end on the tuned forms:
     stages/hand_back.py.)"""
-    tools = state.tools
-    work = m.dir / "e2e" / "pad_fusion"
-    work.mkdir(parents=True, exist_ok=True)
-    vmfb = work / "fused.vmfb"
+    vmfb = m.dir / "e2e" / "pad_fusion" / "fused.vmfb"
     try:
-        compile_model(tools, base, vmfb, state.cfg, None, (*flags, *PAD_FUSION_FLAGS))
-        for i, (xs, _) in enumerate(sample_inputs(m)):
-            where = work / f"sample{i}"
-            paths = save_inputs(xs, where)
-            refs, mags = torch_reference(m.model, xs)
-            check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
+        checked_build(state, m, base, vmfb, (*flags, *PAD_FUSION_FLAGS))
     except CompileError as e:
         return PadFusionChoice(False, f"IREE's build with pad fusion: {e}"[:300]), None
     return PadFusionChoice(True, "--pad-fusion on"), vmfb
