@@ -149,6 +149,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "propagating them into the contractions (which then read the weight "
                         "across their vector lanes): auto where that leaves fewer such "
                         "reads (default), on, off (llvm-cpu)")
+    p.add_argument("--winograd", choices=["auto", "on", "off"], default="auto",
+                   help="IREE computes 3x3 stride-1 f32 convolutions by Winograd F(6x6, "
+                        "3x3) (about 5x fewer multiplications; the batch matmuls it forms "
+                        "are tuned): auto where IREE's default build is clearly faster with "
+                        "it (default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
             io_layout=args.io_layout, pad_fusion=args.pad_fusion,
-            fold_transposes=args.fold_transposes, small_sizes=args.small_sizes,
+            fold_transposes=args.fold_transposes, winograd=args.winograd,
+            small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, search_minutes=args.search_minutes,
             cost_model=args.cost_model,

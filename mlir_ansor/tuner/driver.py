@@ -94,6 +94,11 @@ class TuneOptions:
     # their vector lanes (tuner/layouts.py: decide_fold_transposes); "on" wherever it
     # changes the dispatches; "off" leaves IREE's default.
     fold_transposes: str = "auto"
+    # IREE's Winograd F(6x6, 3x3) for 3x3 stride-1 f32 convolutions (llvm-cpu): "auto"
+    # where IREE's default build of the model is clearly faster with it (both timed side by
+    # side; the batch matmuls it forms are tuned like any task); "on" wherever it builds and
+    # matches torch; "off" never.
+    winograd: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -160,6 +165,8 @@ class TuneOptions:
         if self.fold_transposes not in ("auto", "on", "off"):
             raise UsageError(f"unknown --fold-transposes {self.fold_transposes!r} "
                              "(auto, on or off)")
+        if self.winograd not in ("auto", "on", "off"):
+            raise UsageError(f"unknown --winograd {self.winograd!r} (auto, on or off)")
         if self.small_sizes not in ("auto", "off"):
             raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
         if self.io_layout not in IO_LAYOUTS:

@@ -51,6 +51,7 @@ from mlir_ansor.dialect_helpers.data_tiling_hints import with_hints
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
+from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS, with_winograd
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.e2e import compile_model, interleaved, module_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
@@ -87,16 +88,22 @@ class ModelLayout:
     small_sizes: SmallSizes | None = None
     fuse_pads: bool = False  # IREE fuses pads into their consumers' dispatches
     fold_transposes: bool = False  # constant weights' transposes folded, not propagated
+    # the 3x3 convolutions IREE computes by Winograd (dialect_helpers/winograd.py sites;
+    # positions in the model after the activation layout)
+    winograd_sites: tuple[int, ...] = ()
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags every build of the model in this layout needs."""
-        return ((FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
+        return ((WINOGRAD_FLAGS if self.winograd_sites else ())
+                + (FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
                 + (PAD_FUSION_FLAGS if self.fuse_pads else ())
                 + (DATA_TILING_FLAGS if self.data_tiling else ()))
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
+        if self.winograd_sites:  # (marks move no op: the hint sites still hold)
+            base = with_winograd(base, self.winograd_sites)
         if self.data_tiling:  # (no packed weights then: IREE packs the contractions')
             base = with_hints(base, self.tiled_sites)
         base = rewrite(base, self.sites)
@@ -110,7 +117,8 @@ class ModelLayout:
     @property
     def changed(self) -> bool:
         return (self.channels_last or bool(self.sites) or self.data_tiling
-                or self.small_sizes is not None or self.fuse_pads or self.fold_transposes)
+                or self.small_sizes is not None or self.fuse_pads or self.fold_transposes
+                or bool(self.winograd_sites))
 
 
 @dataclass(frozen=True)
@@ -300,6 +308,34 @@ def decide_fold_transposes(plain: Sequence[Task], folded: Sequence[Task], mode: 
     return TransposeChoice(True, "", (a, b))
 
 
+@dataclass(frozen=True)
+class WinogradChoice:
+    """Whether IREE computes 3x3 convolutions by Winograd (dialect_helpers/winograd.py),
+    on which sites, and IREE's default build without and with, timed side by side."""
+
+    on: bool
+    plain_s: float | None = None
+    winograd_s: float | None = None
+    why: str = ""  # why it was not taken, or not measured
+    sites: tuple[int, ...] = ()  # the convolutions marked
+    left: tuple[str, ...] = ()  # convolutions left out: "signature: why"
+
+
+# Winograd is taken where IREE's default build with it is this much faster: the direct
+# convolutions left otherwise are tuned too, and Winograd costs a little accuracy.
+WINOGRAD_MARGIN = 1.05
+
+
+def decide_winograd(plain_s: float, winograd_s: float, sites: tuple[int, ...],
+                    margin: float = WINOGRAD_MARGIN) -> WinogradChoice:
+    """On where IREE's default build with Winograd at `sites` is over `margin` times
+    faster than without."""
+    on = plain_s > winograd_s * margin
+    return WinogradChoice(on, plain_s, winograd_s,
+                          "" if on else f"not over {margin:.2f}x faster with IREE's defaults",
+                          sites if on else ())
+
+
 # Pad fusion is taken where the tuned model is this much faster with it end to end
 # (hand_back; the export's margin by default).
 PAD_FUSION_MARGIN = 1.03
@@ -322,19 +358,25 @@ def choose_data_tiling(plain_vmfb: Path, tiled_vmfb: Path,
     static model, its size samples for a dynamic one); data tiling is taken where it is more
     than `margin` times faster on the weighted geometric mean. Both modules must already be
     built and checked."""
+    try:
+        plain, tiled = weighted_side_by_side([plain_vmfb, tiled_vmfb], samples, tools, cfg,
+                                             rounds)
+    except CompileError as e:
+        return DataTilingChoice(False, None, None, str(e)[:300])
+    return decide_data_tiling(plain, tiled, margin)
+
+
+def weighted_side_by_side(vmfbs: Sequence[Path],
+                          samples: Sequence[tuple[Sequence[Path], float]], tools: Toolchain,
+                          cfg: MeasureConfig, rounds: int = 3) -> tuple[float, ...]:
+    """Each module's latency, timed side by side (`side_by_side`) on each of `samples`
+    (input files, weight), as the weighted geometric mean over the samples."""
     weights = np.asarray([w for _, w in samples], dtype=np.float64)
     if not len(weights) or weights.sum() <= 0:
-        raise ValueError("choose_data_tiling needs samples with a positive weight")
-    vmfbs = [plain_vmfb, tiled_vmfb]
-    per: list[tuple[float, float]] = []
-    for inputs, _ in samples:
-        try:
-            per.append(side_by_side(vmfbs, inputs, tools, cfg, rounds))
-        except CompileError as e:
-            return DataTilingChoice(False, None, None, str(e)[:300])
-    plain, tiled = (float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
-                    for k in (0, 1))
-    return decide_data_tiling(plain, tiled, margin)
+        raise ValueError("timing whole models needs samples with a positive weight")
+    per = [side_by_side(vmfbs, inputs, tools, cfg, rounds) for inputs, _ in samples]
+    return tuple(float(np.exp(np.average(np.log([t[k] for t in per]), weights=weights)))
+                 for k in range(len(vmfbs)))
 
 
 def decide_data_tiling(plain_s: float, tiled_s: float,
@@ -438,7 +480,8 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
                                 "small_sizes": (asdict(layout.small_sizes)
                                                 if layout.small_sizes else None),
                                 "fuse_pads": layout.fuse_pads,
-                                "fold_transposes": layout.fold_transposes},
+                                "fold_transposes": layout.fold_transposes,
+                                "winograd_sites": list(layout.winograd_sites)},
                                indent=1))
 
 
@@ -462,6 +505,7 @@ def load_layout(path: Path) -> ModelLayout:
                            bool(data.get("data_tiling", False)),
                            tuple(int(i) for i in data.get("data_tiled_sites", ())), small,
                            bool(data.get("fuse_pads", False)),
-                           bool(data.get("fold_transposes", False)))
+                           bool(data.get("fold_transposes", False)),
+                           tuple(int(i) for i in data.get("winograd_sites", ())))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

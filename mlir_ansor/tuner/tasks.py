@@ -187,7 +187,8 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
         sketches = tuple(s for s in sketches if dynamic_peelable(ops, s))
     why = ""
     if not any(o.is_linalg for o in ops):
-        why = "no linalg op (a copy): left to IREE"
+        ext = sorted(set(re.findall(r"\biree_linalg_ext\.[\w.]+", func_mlir)))
+        why = f"no linalg op ({', '.join(ext) if ext else 'a copy'}): left to IREE"
     elif task.dynamic and target != "llvm-cpu":
         why = f"dynamic shapes on {target}: left to IREE's default codegen"
     elif task.dynamic and not sketches:

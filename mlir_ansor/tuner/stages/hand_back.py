@@ -191,7 +191,7 @@ class _Export:
     def layout(self, name: str) -> ModelLayout:
         f = self.state.forms[name]
         return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small,
-                           f.fused, f.folded)
+                           f.fused, f.folded, f.winograd_sites)
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state

@@ -1,7 +1,8 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
 side; always with --io-layout channels-last); pads fused into their consumers' dispatches
-with --pad-fusion on (auto decides at the hand-back); IREE's data tiling where its default build is clearly faster with it (at the size
+with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
+IREE's default build is clearly faster with it; IREE's data tiling where its default build is clearly faster with it (at the size
 samples of a dynamic model); static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
@@ -20,6 +21,8 @@ from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, h
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
 from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
+from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_FLAGS, WinogradError,
+                                                 winograd_sites, with_winograd)
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
@@ -27,7 +30,8 @@ from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, s
 from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
                                       FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
                                       DataTilingChoice, PadFusionChoice, TransposeChoice,
-                                      decide_fold_transposes,
+                                      WinogradChoice, decide_fold_transposes, decide_winograd,
+                                      weighted_side_by_side,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, side_by_side, small_size_tops)
@@ -78,6 +82,13 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             transposes, flow, folded_vmfb = fold_transposes(state, m, base)
         if folded_vmfb is not None:
             flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
+    wino = None
+    if opts.winograd != "off" and relayout and winograd_sites(base.read_text()):
+        with clock.stage("layout/winograd"):
+            wino, marked = winograd(state, m, base, base_vmfb, flags)
+        if marked is not None:
+            base, flow, base_vmfb = marked
+            flags = (*WINOGRAD_FLAGS, *flags)
     if opts.pad_fusion == "on" and relayout and "tensor.pad" in base.read_text():
         with clock.stage("layout/pad fusion"):
             pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb, flags)
@@ -126,12 +137,14 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             alts, packed = alternatives(base.read_text(), flow, m.dir, opts.target, tools,
                                         FLOW_TIMEOUT_S,
                                         opts.layout_tile or pack_tile(get_target(opts.target)),
-                                        convolutions=not channels_last, flags=flags)
+                                        convolutions=not (channels_last or
+                                                          (wino and wino.on)),
+                                        flags=flags)
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     return ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
                       tuple(alts), tuple(packed), flow, tiling, small, pad,
-                      transposes), notes
+                      transposes, wino), notes
 
 
 def checked_build(state: RunState, m: ModelIn, base: Path, vmfb: Path,
@@ -169,6 +182,74 @@ def fold_transposes(state: RunState, m: ModelIn, base: Path
         return (replace(choice, on=False, why=f"IREE's build with it: {e}"[:300]),
                 plain_flow, None)
     return choice, folded_flow, vmfb
+
+
+def winograd(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
+             flags: tuple[str, ...] = ()
+             ) -> tuple[WinogradChoice, tuple[Path, str, Path] | None]:
+    """Whether IREE computes `base`'s 3x3 stride-1 convolutions by Winograd, and where it
+    does, `base` with the marks (model_winograd.mlir), its flow-level module and IREE's
+    default build of it. Every eligible convolution is marked first; where IREE cannot
+    build that or it does not match torch, each group of one signature is tried alone and
+    the groups that work are marked together. The build must match torch on the example
+    (every size sample of a dynamic model); with --winograd auto it must also be clearly
+    faster than `base_vmfb` (IREE's default build of `base`), timed side by side. `flags`:
+    the form's build flags so far."""
+    opts, tools = state.opts, state.tools
+    text = base.read_text()
+    sites = winograd_sites(text)
+    work = m.dir / "e2e" / "winograd"
+    build_flags = (*WINOGRAD_FLAGS, *flags)
+
+    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str, Path] | str:
+        src = work / f"{name}.mlir"
+        vmfb = work / name / "winograd.vmfb"
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            src.write_text(with_winograd(text, chosen))
+            checked_build(state, m, src, vmfb, build_flags)
+            flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S, build_flags)
+        except (CompileError, WinogradError) as e:
+            return str(e)[:300]
+        return src, flow, vmfb
+
+    chosen = tuple(s.index for s in sites)
+    left: list[str] = []
+    got = attempt("all", chosen)
+    if isinstance(got, str):  # the convolutions one signature at a time
+        groups: dict[str, list[int]] = {}
+        for s in sites:
+            groups.setdefault(s.signature, []).append(s.index)
+        keep: list[int] = []
+        for g, (sig, idx) in enumerate(groups.items()):
+            alone = attempt(f"group{g}", tuple(idx))
+            if isinstance(alone, str):
+                left.append(f"{sig}: {alone}")
+            else:
+                keep += idx
+        chosen = tuple(sorted(keep))
+        got = attempt("kept", chosen) if chosen else got
+    if isinstance(got, str):
+        return WinogradChoice(False, why=f"IREE's build with it: {got}", left=tuple(left)), None
+    src, flow, vmfb = got
+    if opts.winograd == "on":
+        choice = WinogradChoice(True, why="--winograd on", sites=chosen)
+    else:
+        samples = []
+        for i, (xs, weight) in enumerate(sample_inputs(m)):
+            samples.append((save_inputs(xs, work / f"timing{i}"), weight))
+        try:
+            plain_s, wino_s = weighted_side_by_side([base_vmfb, vmfb], samples, tools,
+                                                    state.cfg)
+        except CompileError as e:
+            return WinogradChoice(False, why=str(e)[:300], left=tuple(left)), None
+        choice = decide_winograd(plain_s, wino_s, chosen)
+    choice = replace(choice, left=tuple(left))
+    if not choice.on:
+        return choice, None
+    marked = m.dir / "model_winograd.mlir"
+    shutil.copyfile(src, marked)
+    return choice, (marked, flow, vmfb)
 
 
 def pad_fusion(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,

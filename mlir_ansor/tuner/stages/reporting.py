@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
 from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS
+from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -155,6 +156,19 @@ def layout_parts(state: RunState) -> list[str]:
                      + ("folded at compile time, every build passes "
                         + " ".join(FOLD_TRANSPOSES_FLAGS) if c.on
                         else f"propagated into the contractions (IREE's default): {c.why}"))
+    for name, f in state.forms.items():
+        w = f.winograd
+        if w is None:
+            continue
+        timed = (f"IREE's default builds side by side: direct {fmt_ms(w.plain_s)} ms, "
+                 f"Winograd {fmt_ms(w.winograd_s)} ms: " if w.plain_s and w.winograd_s else "")
+        left = f"; left direct: {'; '.join(w.left)}" if w.left else ""
+        parts.append(f"Winograd F(6x6, 3x3) of {name} ({timed}"
+                     + (f"on for {len(w.sites)} convolutions" + (f" ({w.why})" if w.why
+                                                                   else "")
+                        + ": their batch matmuls are tasks, every build passes "
+                        + " ".join(WINOGRAD_FLAGS) if w.on else f"off: {w.why}")
+                     + left + ")")
     for name, f in state.forms.items():
         p = f.pad_fusion
         if p is None:
@@ -372,6 +386,7 @@ def write_report(state: RunState) -> RunState:
                          "data_tiling": state.forms[m.name].tiled,
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,
+                         "winograd_sites": list(state.forms[m.name].winograd_sites),
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

@@ -12,7 +12,7 @@ from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
                                       ModelLayout, PadFusionChoice, SmallSizesChoice,
-                                      TransposeChoice)
+                                      TransposeChoice, WinogradChoice)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -58,12 +58,19 @@ class ModelForms:
     small_sizes: SmallSizesChoice | None = None  # None: not considered (a static model...)
     pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
     transposes: TransposeChoice | None = None  # None: not considered (--fold-transposes off)
+    winograd: WinogradChoice | None = None  # None: not considered (no eligible conv...)
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags of every build of this model's tuned form."""
         return ModelLayout(data_tiling=self.tiled, fuse_pads=self.fused,
-                           fold_transposes=self.folded).flags
+                           fold_transposes=self.folded,
+                           winograd_sites=self.winograd_sites).flags
+
+    @property
+    def winograd_sites(self) -> tuple[int, ...]:
+        """The 3x3 convolutions IREE computes by Winograd, none without."""
+        return self.winograd.sites if self.winograd and self.winograd.on else ()
 
     @property
     def folded(self) -> bool:

@@ -1,0 +1,153 @@
+"""3x3 convolutions by Winograd F(6x6, 3x3) (dialect_helpers/winograd.py): which sites are
+eligible, the marks, the layout file, the decision, and a tuning run that carries the
+flag to every build and tunes the batch matmul it forms."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_ATTR, WINOGRAD_FLAGS,
+                                                 WinogradError, winograd_sites,
+                                                 with_winograd)
+from mlir_ansor.errors import UsageError
+from mlir_ansor.tuner.driver import TuneOptions
+from mlir_ansor.tuner.layouts import (ModelLayout, decide_winograd, load_layout,
+                                      save_layout)
+from tests.conftest import QUICK_CLI, tune_cli
+
+
+def _conv(name: str, x: str, w: str, out: str, strides: int = 1, dilations: int = 1) -> str:
+    return (f"linalg.{name} {{dilations = dense<{dilations}> : tensor<2xi64>, strides = "
+            f"dense<{strides}> : tensor<2xi64>}} ins(%x, %w : {x}, {w}) outs(%f : {out}) "
+            f"-> {out}")
+
+
+def _model(*convs: tuple[str, str, str, str, int, int]) -> str:
+    """A function with one argument per conv (input, weight, init), returning each."""
+    args, body, rets = [], [], []
+    for i, (name, x, w, out, s, d) in enumerate(convs):
+        args += [f"%x{i}: {x}", f"%w{i}: {w}", f"%f{i}: {out}"]
+        body.append(f"  %r{i} = " + _conv(name, x, w, out, s, d)
+                    .replace("%x,", f"%x{i},").replace("%w :", f"%w{i} :")
+                    .replace("%f :", f"%f{i} :"))
+        rets.append((f"%r{i}", out))
+    return (f"func.func @main({', '.join(args)}) -> ({', '.join(t for _, t in rets)}) {{\n"
+            + "\n".join(body) + f"\n  return {', '.join(r for r, _ in rets)} : "
+            f"{', '.join(t for _, t in rets)}\n}}")
+
+
+NHWC = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
+        "tensor<1x8x8x16xf32>", 1, 1)
+NCHW = ("conv_2d_nchw_fchw", "tensor<1x8x10x10xf32>", "tensor<16x8x3x3xf32>",
+        "tensor<1x16x8x8xf32>", 1, 1)
+STRIDED = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
+           "tensor<1x4x4x16xf32>", 2, 1)
+DILATED = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
+           "tensor<1x6x6x16xf32>", 1, 2)
+ONE_BY_ONE = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<1x1x8x16xf32>",
+              "tensor<1x10x10x16xf32>", 1, 1)
+F16 = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf16>", "tensor<3x3x8x16xf16>",
+       "tensor<1x8x8x16xf16>", 1, 1)
+DYNAMIC = ("conv_2d_nhwc_hwcf", "tensor<?x10x10x8xf32>", "tensor<3x3x8x16xf32>",
+           "tensor<?x8x8x16xf32>", 1, 1)
+
+
+def test_only_3x3_stride_1_f32_static_convolutions_are_sites():
+    text = _model(NHWC, STRIDED, DILATED, ONE_BY_ONE, F16, DYNAMIC, NCHW)
+    sites = winograd_sites(text)
+    assert [s.index for s in sites] == [0, 6]
+    assert sites[0].signature.startswith("linalg.conv_2d_nhwc_hwcf(tensor<1x10x10x8xf32>")
+    assert sites[1].signature.startswith("linalg.conv_2d_nchw_fchw(")
+    marked = with_winograd(text, [0, 6])
+    assert marked.count(WINOGRAD_ATTR) == 2
+
+
+ZERO_INIT = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf32>) -> tensor<1x8x8x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x8x8x16xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x16xf32>) -> tensor<1x8x8x16xf32>
+  %r = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%x, %w : tensor<1x10x10x8xf32>, tensor<3x3x8x16xf32>) outs(%f : tensor<1x8x8x16xf32>) -> tensor<1x8x8x16xf32>
+  return %r : tensor<1x8x8x16xf32>
+}"""
+
+
+def test_a_conv_into_zeros_is_only_marked():
+    sites = winograd_sites(ZERO_INIT)
+    marked = with_winograd(ZERO_INIT, [s.index for s in sites])
+    assert marked.count(WINOGRAD_ATTR) == 1 and "linalg.generic" not in marked
+    assert winograd_sites(marked) == sites  # a mark moves no op
+
+
+def test_a_conv_into_a_bias_accumulates_into_zeros_and_adds_it_after():
+    # IREE's rewrite drops the conv's init: the bias must be added after it.
+    text = _model(NHWC)
+    marked = with_winograd(text, [0])
+    assert "%1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<1x8x8x16xf32>)" in marked
+    assert "%3 = linalg.conv_2d_nhwc_hwcf {__winograd_conv" in marked
+    assert "outs(%1 : tensor<1x8x8x16xf32>)" in marked  # into zeros, not into %arg2
+    assert "%4 = linalg.generic" in marked and "ins(%3, %arg2 :" in marked
+    assert "arith.addf" in marked and "return %4 :" in marked  # the sum, not the conv
+
+
+def test_a_site_that_is_not_eligible_is_an_error():
+    text = _model(NHWC, STRIDED)
+    with pytest.raises(WinogradError, match="site 1 is a linalg.conv_2d_nhwc_hwcf, not a 3x3"):
+        with_winograd(text, [1])
+    with pytest.raises(WinogradError, match="site 5 outside the model's 2 linalg ops"):
+        with_winograd(text, [5])
+
+
+def test_the_layout_marks_the_sites_and_carries_the_flag(tmp_path):
+    layout = ModelLayout(winograd_sites=(0,))
+    assert layout.flags == WINOGRAD_FLAGS and layout.changed
+    assert layout.codegen_flags == ()  # a task's own build starts after the rewrite
+    assert layout.apply(_model(NHWC, STRIDED)).count(WINOGRAD_ATTR) == 1
+    assert ModelLayout(winograd_sites=(0,), fold_transposes=True).flags[0] == WINOGRAD_FLAGS[0]
+    save_layout(tmp_path / "layout.json", layout)
+    assert load_layout(tmp_path / "layout.json") == layout
+    data = json.loads((tmp_path / "layout.json").read_text())
+    del data["winograd_sites"]  # a layout file from before: direct convolutions
+    (tmp_path / "layout.json").write_text(json.dumps(data))
+    assert load_layout(tmp_path / "layout.json").winograd_sites == ()
+
+
+def test_winograd_is_taken_only_when_clearly_faster():
+    on = decide_winograd(1.0, 0.5, (3, 17))
+    assert on.on and on.sites == (3, 17) and on.why == ""
+    off = decide_winograd(1.0, 0.97, (3, 17))
+    assert not off.on and off.sites == () and "not over 1.05x faster" in off.why
+
+
+def test_unknown_mode_is_a_usage_error():
+    with pytest.raises(UsageError, match="--winograd"):
+        TuneOptions(winograd="maybe").check()
+
+
+def make_conv():
+    torch.manual_seed(0)
+    return (nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU()).eval(),
+            (torch.randn(1, 8, 20, 20),))
+
+
+def test_a_tuning_run_with_winograd_tunes_its_batch_matmul(tmp_path):
+    out = tmp_path / "run"
+    res = tune_cli(f"{__file__}:make_conv", "--trials", "4", "--batch", "2",
+                   "--winograd", "on", "--out", str(out), *QUICK_CLI)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = (out / "report.txt").read_text()
+    assert "Winograd F(6x6, 3x3) of" in text and "on for 1 convolutions" in text, text
+    assert "iree_linalg_ext.winograd.input_transform): left to IREE" in text, text
+    entry = next(iter(json.loads((out / "report.json").read_text())["e2e"].values()))
+    assert entry["winograd_sites"] == list(load_layout(out / "layout.json").winograd_sites)
+    assert len(entry["winograd_sites"]) == 1
+    assert WINOGRAD_FLAGS[0] in (out / "build.sh").read_text()
+    assert WINOGRAD_ATTR in (out / "model_tuned.mlir").read_text()
+    # 20x20 -> 4x4 tiles of 6x6: 64 matmuls of 16 tiles x 8 channels by 8 x 16.
+    ops = "".join(t["ops_mlir"] for t in json.loads((out / "tasks.json").read_text()))
+    assert "linalg.batch_matmul" in ops and "tensor<64x16x8xf32>, tensor<64x8x16xf32>" in ops
+    res = tune_cli(f"{__file__}:make_conv", "--trials", "2", "--batch", "2",
+                   "--winograd", "off", "--out", str(out / "off"), *QUICK_CLI)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Winograd" not in (out / "off" / "report.txt").read_text()
+    assert WINOGRAD_FLAGS[0] not in (out / "off" / "build.sh").read_text()
