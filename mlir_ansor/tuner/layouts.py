@@ -18,6 +18,11 @@ is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded ten
 left to IREE; the others are tuned as usual, and every later build of the model (the
 end-to-end check, `build.sh`) passes the flag.
 
+Winograd (dialect_helpers/winograd.py): IREE rewrites the marked 3x3 stride-1 convolutions
+into Winograd F(6x6, 3x3) transforms around a batch matmul. Also a build choice taken on
+IREE's default builds timed side by side (`decide_winograd`); the batch matmuls are then
+tuned as tasks and the transforms left to IREE.
+
 Small sizes of a dynamic model (dialect_helpers/small_sizes.py): the smallest sizes of
 one dynamic dimension get static branches whose contractions are padded to the branch's
 top (1, 2, 4, 8, ... rows), so IREE and the tuner build kernels for those exact shapes.
