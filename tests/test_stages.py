@@ -86,3 +86,54 @@ def test_the_reporter_is_closed_when_a_run_fails(tmp_path):
         driver.run(driver.TuneOptions(model="x", out=tmp_path / "o"), factory=broken,
                    reporter=rec)
     assert rec.closed
+
+
+class _FakeExport:
+    """The part of hand_back._Export that model_e2e uses: strategies, dropped one by one."""
+
+    def __init__(self, ids):
+        self.entries = [type("Entry", (), {"task_id": i})() for i in ids]
+        self.dropped = {}
+
+    def mine(self, name):
+        return [e for e in self.entries if e.task_id not in self.dropped]
+
+    def rewritten(self, name):
+        return False
+
+    def drop(self, m, ids, why):
+        self.dropped.update(dict.fromkeys(ids, why))
+
+
+def test_a_form_that_keeps_failing_is_given_up_after_its_repairs(tmp_path, monkeypatch):
+    """The alternative form with pad fusion must not be repaired strategy by strategy: on
+    ResNet-50 one IREE dispatch failed with every strategy in turn, one bisection each."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.errors import CompileError, StrategiesNotApplied
+    from mlir_ansor.tuner.stages import hand_back as hb
+
+    builds = []
+
+    def never_applied(*args, strategies, **kw):  # (every build fails, naming them all)
+        builds.append(list(strategies))
+        raise StrategiesNotApplied(strategies[:1])
+
+    monkeypatch.setattr(hb, "write_library", lambda path, entries: path)
+    monkeypatch.setattr(hb, "end_to_end", lambda tools, model, inputs, src, lib, out, cfg,
+                        strategies, **kw: never_applied(strategies=strategies))
+    state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
+                                                 min_speedup=1.03),
+                            runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
+                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
+    m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
+                        baseline_dir=tmp_path / "baseline")
+    ex = _FakeExport([f"t{i}" for i in range(6)])
+    with pytest.raises(CompileError, match="still failing after dropping"):
+        hb.model_e2e(state, ex, m, repairs=2)
+    assert len(builds) == 3 and len(ex.dropped) == 2  # the first build and 2 repairs
+    builds.clear()
+    ex = _FakeExport([f"t{i}" for i in range(6)])
+    with pytest.raises(StrategiesNotApplied):  # no limit: repaired until none is left
+        hb.model_e2e(state, ex, m)
+    assert len(builds) == 7 and len(ex.dropped) == 6  # the last build has none left
