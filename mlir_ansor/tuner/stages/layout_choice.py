@@ -14,6 +14,7 @@ import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable, Sequence, TypeVar
 
 from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
@@ -39,6 +40,7 @@ from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
 from mlir_ansor.tuner.tasks import dispatch_keys, extract_tasks, flow_source
 
 FLOW_TIMEOUT_S = 600
+T = TypeVar("T")
 
 
 def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
@@ -184,6 +186,32 @@ def fold_transposes(state: RunState, m: ModelIn, base: Path
     return choice, folded_flow, vmfb
 
 
+def all_or_groups(sites: Sequence, attempt: Callable[[str, tuple[int, ...]], T | str | None]
+                  ) -> tuple[T | str | None, tuple[int, ...], list[str]]:
+    """A build choice on model sites (`index`, `signature`): `attempt` (name, site indices)
+    builds and checks the model with those sites, and gives its result, the error, or None
+    where nothing changed. All sites first; where that fails, each group of one signature
+    alone and then the groups that worked together. (result, sites in it, "signature: why"
+    of each group left out)."""
+    chosen = tuple(s.index for s in sites)
+    left: list[str] = []
+    got = attempt("all", chosen)
+    if isinstance(got, str):
+        groups: dict[str, list[int]] = {}
+        for s in sites:
+            groups.setdefault(s.signature, []).append(s.index)
+        keep: list[int] = []
+        for g, (sig, idx) in enumerate(groups.items()):
+            alone = attempt(f"group{g}", tuple(idx))
+            if isinstance(alone, str) or alone is None:
+                left.append(f"{sig}: {alone or 'no dispatch changed'}")
+            else:
+                keep += idx
+        chosen = tuple(sorted(keep))
+        got = attempt("kept", chosen) if chosen else got
+    return got, chosen, left
+
+
 def winograd(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
              flags: tuple[str, ...] = ()
              ) -> tuple[WinogradChoice, tuple[Path, str, Path] | None]:
@@ -213,22 +241,7 @@ def winograd(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
             return str(e)[:300]
         return src, flow, vmfb
 
-    chosen = tuple(s.index for s in sites)
-    left: list[str] = []
-    got = attempt("all", chosen)
-    if isinstance(got, str):  # the convolutions one signature at a time
-        groups: dict[str, list[int]] = {}
-        for s in sites:
-            groups.setdefault(s.signature, []).append(s.index)
-        keep: list[int] = []
-        for g, (sig, idx) in enumerate(groups.items()):
-            alone = attempt(f"group{g}", tuple(idx))
-            if isinstance(alone, str):
-                left.append(f"{sig}: {alone}")
-            else:
-                keep += idx
-        chosen = tuple(sorted(keep))
-        got = attempt("kept", chosen) if chosen else got
+    got, chosen, left = all_or_groups(sites, attempt)
     if isinstance(got, str):
         return WinogradChoice(False, why=f"IREE's build with it: {got}", left=tuple(left)), None
     src, flow, vmfb = got
@@ -311,22 +324,7 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
             return str(e)[:300]
         return src, vmfb, flow
 
-    chosen = tuple(s.index for s in sites)
-    left: list[str] = []
-    got = attempt("all", chosen)
-    if isinstance(got, str):  # the contractions one signature at a time
-        groups: dict[str, list[int]] = {}
-        for s in sites:
-            groups.setdefault(s.signature, []).append(s.index)
-        keep: list[int] = []
-        for g, (sig, idx) in enumerate(groups.items()):
-            alone = attempt(f"group{g}", tuple(idx))
-            if isinstance(alone, str) or alone is None:
-                left.append(f"{sig}: {alone or 'no dispatch changed'}")
-            else:
-                keep += idx
-        chosen = tuple(sorted(keep))
-        got = attempt("kept", chosen) if chosen else got
+    got, chosen, left = all_or_groups(sites, attempt)
     if got is None:
         return None, None
     if isinstance(got, str):
