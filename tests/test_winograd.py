@@ -141,7 +141,10 @@ def test_a_tuning_run_with_winograd_tunes_its_batch_matmul(tmp_path):
     entry = next(iter(json.loads((out / "report.json").read_text())["e2e"].values()))
     assert entry["winograd_sites"] == list(load_layout(out / "layout.json").winograd_sites)
     assert len(entry["winograd_sites"]) == 1
-    assert WINOGRAD_FLAGS[0] in (out / "build.sh").read_text()
+    # build.sh builds what is handed back: the Winograd form where the tuned module won
+    # end to end (timed: on this noisy VM it lost once), else IREE's default, flag-free.
+    build = (out / "build.sh").read_text()
+    assert (WINOGRAD_FLAGS[0] in build) == (entry["handed_back"] == "tuned"), entry
     assert WINOGRAD_ATTR in (out / "model_tuned.mlir").read_text()
     # 20x20 -> 4x4 tiles of 6x6: 64 matmuls of 16 tiles x 8 channels by 8 x 16.
     ops = "".join(t["ops_mlir"] for t in json.loads((out / "tasks.json").read_text()))

@@ -107,7 +107,7 @@ class ModelLayout:
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
-        if self.winograd_sites:  # (marks move no op: the hint sites still hold)
+        if self.winograd_sites:  # (before the hints: their sites are found on the marked text)
             base = with_winograd(base, self.winograd_sites)
         if self.data_tiling:  # (no packed weights then: IREE packs the contractions')
             base = with_hints(base, self.tiled_sites)

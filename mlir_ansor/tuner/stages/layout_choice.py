@@ -23,7 +23,7 @@ from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_t
 from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
 from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_FLAGS, WinogradError,
-                                                 winograd_sites, with_winograd)
+                                                 WinogradSite, winograd_sites, with_winograd)
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
@@ -85,9 +85,10 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
         if folded_vmfb is not None:
             flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
     wino = None
-    if opts.winograd != "off" and relayout and winograd_sites(base.read_text()):
+    sites = winograd_sites(base.read_text()) if opts.winograd != "off" and relayout else []
+    if sites:
         with clock.stage("layout/winograd"):
-            wino, marked = winograd(state, m, base, base_vmfb, flags)
+            wino, marked = winograd(state, m, base, sites, base_vmfb, flags)
         if marked is not None:
             base, flow, base_vmfb = marked
             flags = (*WINOGRAD_FLAGS, *flags)
@@ -150,17 +151,21 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
 
 
 def checked_build(state: RunState, m: ModelIn, base: Path, vmfb: Path,
-                  flags: tuple[str, ...]) -> None:
+                  flags: tuple[str, ...]) -> list[tuple[list[Path], float]]:
     """IREE's default build of `base` with `flags` into `vmfb`, checked against torch on
     the example (every size sample of a dynamic model; inputs and outputs saved next to
-    it); CompileError where it does not build or does not match."""
+    it); CompileError where it does not build or does not match. The saved inputs and
+    their weights, per sample (what `weighted_side_by_side` times on)."""
     vmfb.parent.mkdir(parents=True, exist_ok=True)
     compile_model(state.tools, base, vmfb, state.cfg, None, flags)
-    for i, (xs, _) in enumerate(sample_inputs(m)):
+    saved = []
+    for i, (xs, weight) in enumerate(sample_inputs(m)):
         where = vmfb.parent / f"sample{i}"
         refs, mags = torch_reference(m.model, xs)
-        check_outputs(state.tools, vmfb, save_inputs(xs, where), refs, mags, where,
-                      state.cfg)
+        paths = save_inputs(xs, where)
+        check_outputs(state.tools, vmfb, paths, refs, mags, where, state.cfg)
+        saved.append((paths, weight))
+    return saved
 
 
 def fold_transposes(state: RunState, m: ModelIn, base: Path
@@ -212,12 +217,12 @@ def all_or_groups(sites: Sequence, attempt: Callable[[str, tuple[int, ...]], T |
     return got, chosen, left
 
 
-def winograd(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
-             flags: tuple[str, ...] = ()
+def winograd(state: RunState, m: ModelIn, base: Path, sites: Sequence[WinogradSite],
+             base_vmfb: Path, flags: tuple[str, ...] = ()
              ) -> tuple[WinogradChoice, tuple[Path, str, Path] | None]:
-    """Whether IREE computes `base`'s 3x3 stride-1 convolutions by Winograd, and where it
-    does, `base` with the marks (model_winograd.mlir), its flow-level module and IREE's
-    default build of it. Every eligible convolution is marked first; where IREE cannot
+    """Whether IREE computes `base`'s 3x3 stride-1 convolutions (`sites`) by Winograd,
+    and where it does, `base` with the marks (model_winograd.mlir), its flow-level module
+    and IREE's default build of it. Every eligible convolution is marked first; where IREE cannot
     build that or it does not match torch, each group of one signature is tried alone and
     the groups that work are marked together. The build must match torch on the example
     (every size sample of a dynamic model); with --winograd auto it must also be clearly
@@ -225,32 +230,28 @@ def winograd(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
     the form's build flags so far."""
     opts, tools = state.opts, state.tools
     text = base.read_text()
-    sites = winograd_sites(text)
     work = m.dir / "e2e" / "winograd"
     build_flags = (*WINOGRAD_FLAGS, *flags)
 
-    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str, Path] | str:
+    def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str, Path, list] | str:
         src = work / f"{name}.mlir"
         vmfb = work / name / "winograd.vmfb"
         try:
             work.mkdir(parents=True, exist_ok=True)
             src.write_text(with_winograd(text, chosen))
-            checked_build(state, m, src, vmfb, build_flags)
+            samples = checked_build(state, m, src, vmfb, build_flags)
             flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S, build_flags)
         except (CompileError, WinogradError) as e:
             return str(e)[:300]
-        return src, flow, vmfb
+        return src, flow, vmfb, samples
 
     got, chosen, left = all_or_groups(sites, attempt)
     if isinstance(got, str):
         return WinogradChoice(False, why=f"IREE's build with it: {got}", left=tuple(left)), None
-    src, flow, vmfb = got
+    src, flow, vmfb, samples = got
     if opts.winograd == "on":
         choice = WinogradChoice(True, why="--winograd on", sites=chosen)
     else:
-        samples = []
-        for i, (xs, weight) in enumerate(sample_inputs(m)):
-            samples.append((save_inputs(xs, work / f"timing{i}"), weight))
         try:
             plain_s, wino_s = weighted_side_by_side([base_vmfb, vmfb], samples, tools,
                                                     state.cfg)

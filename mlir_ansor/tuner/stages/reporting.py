@@ -8,9 +8,9 @@ import math
 from collections import Counter
 from dataclasses import replace
 
+from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
 from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS
-from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
