@@ -12,8 +12,10 @@ from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_ATTR, WINOGRAD_FLAGS,
                                                  with_winograd)
 from mlir_ansor.errors import UsageError
 from mlir_ansor.tuner.driver import TuneOptions
-from mlir_ansor.tuner.layouts import (ModelLayout, decide_winograd, load_layout,
-                                      save_layout)
+from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
+                                                          same_contractions)
+from mlir_ansor.tuner.layouts import (WINOGRAD_MARGIN, ModelLayout, decide_winograd,
+                                      load_layout, save_layout)
 from tests.conftest import QUICK_CLI, tune_cli
 
 
@@ -154,3 +156,56 @@ def test_a_tuning_run_with_winograd_tunes_its_batch_matmul(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Winograd" not in (out / "off" / "report.txt").read_text()
     assert WINOGRAD_FLAGS[0] not in (out / "off" / "build.sh").read_text()
+
+
+MATMUL_AFTER_CONV = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf32>,
+    %f: tensor<1x8x8x16xf32>, %a: tensor<4x8xf32>, %b: tensor<8x4xf32>, %c: tensor<4x4xf32>)
+    -> (tensor<1x8x8x16xf32>, tensor<4x4xf32>) {
+  %0 = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%x, %w : tensor<1x10x10x8xf32>, tensor<3x3x8x16xf32>) outs(%f : tensor<1x8x8x16xf32>) -> tensor<1x8x8x16xf32>
+  %1 = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%c : tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %0, %1 : tensor<1x8x8x16xf32>, tensor<4x4xf32>
+}"""
+
+
+def test_data_tiled_sites_follow_their_contractions_into_the_other_form():
+    # Marking the biased conv adds a fill and an add before the matmul: its data-tiling
+    # site moves with it when the hand-back builds the form with Winograd the other way.
+    marked = with_winograd(MATMUL_AFTER_CONV, [0])
+    assert [s.index for s in hint_sites(MATMUL_AFTER_CONV)] == [1]
+    assert [s.index for s in hint_sites(marked)] == [3]
+    assert same_contractions(MATMUL_AFTER_CONV, marked, [1]) == (3,)
+    assert same_contractions(marked, MATMUL_AFTER_CONV, [3]) == (1,)
+    with pytest.raises(DataTilingHintError, match="no contraction"):
+        same_contractions(MATMUL_AFTER_CONV, marked, [0])
+    with pytest.raises(DataTilingHintError, match="not have the same contractions"):
+        same_contractions(MATMUL_AFTER_CONV, _model(NHWC), [1])
+
+
+def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(tmp_path):
+    out = tmp_path / "run"
+    res = tune_cli(f"{__file__}:make_conv", "--trials", "8", "--batch", "2",
+                   "--winograd", "auto", "--out", str(out), *QUICK_CLI)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    entry = next(iter(report["e2e"].values()))
+    # The form tuned first is the one IREE's default builds chose; the other form's
+    # dispatches are tasks too, named by their form.
+    plain_s, wino_s = entry["winograd_default_s"]
+    first_on = plain_s > wino_s * WINOGRAD_MARGIN
+    other = "direct" if first_on else "Winograd"
+    statuses = [t["status"] for t in report["tasks"]]
+    assert any(s == f"only in the {other} form: not handed back" or
+               s.startswith(f"{other} form: ") for s in statuses), statuses
+    # Both tuned forms were built, checked and timed end to end; the other is taken only
+    # where it is clearly faster.
+    direct, winograd = entry["winograd_speedups"]
+    now, then = (winograd, direct) if first_on else (direct, winograd)
+    on = first_on != (then > now * TuneOptions().min_speedup)
+    assert bool(entry["winograd_sites"]) == on, entry
+    assert bool(load_layout(out / "layout.json").winograd_sites) == on
+    assert (WINOGRAD_ATTR in (out / "model_tuned.mlir").read_text()) == on
+    text = (out / "report.txt").read_text()
+    assert "the tuned model end to end: direct" in text, text
+    assert "decided end to end on the tuned forms" in text, text
+    build = (out / "build.sh").read_text()
+    assert (WINOGRAD_FLAGS[0] in build) == (on and entry["handed_back"] == "tuned"), entry

@@ -61,3 +61,18 @@ def with_hints(model_mlir: str, sites: Sequence[int]) -> str:
         if not module.operation.verify():
             raise DataTilingHintError("the model does not verify with its data-tiling hints")
         return str(module)
+
+
+def same_contractions(before: str, after: str, sites: Sequence[int]) -> tuple[int, ...]:
+    """`sites` of model text `before` at their positions in `after`, the same model with
+    ops added or removed that are no contraction (e.g. a Winograd conv's bias split off):
+    the k-th contraction of one is the k-th of the other. DataTilingHintError where the
+    two do not have the same contractions in the same order."""
+    old, new = hint_sites(before), hint_sites(after)
+    if [s.signature for s in old] != [s.signature for s in new]:
+        raise DataTilingHintError("the two model forms do not have the same contractions")
+    rank = {s.index: i for i, s in enumerate(old)}
+    missing = [i for i in sites if i not in rank]
+    if missing:
+        raise DataTilingHintError(f"hint sites {missing} are no contraction of the model")
+    return tuple(new[rank[i]].index for i in sites)

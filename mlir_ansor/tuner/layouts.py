@@ -324,6 +324,11 @@ class WinogradChoice:
     why: str = ""  # why it was not taken, or not measured
     sites: tuple[int, ...] = ()  # the convolutions marked
     left: tuple[str, ...] = ()  # convolutions left out: "signature: why"
+    # The convolutions IREE built and checked with Winograd (the other form's, when off).
+    built: tuple[int, ...] = ()
+    # The tuned model end to end, direct and by Winograd: speedups over IREE's default
+    # (stages/hand_back.py; where both forms were tuned and built).
+    speedups: tuple[float, float] | None = None
 
 
 # Winograd is taken where IREE's default build with it is this much faster: the direct

@@ -59,6 +59,9 @@ class Task:
     skip_reason: str = ""  # why the task is left to IREE's default
     view_mlir: str = ""  # the payload as codegen hands it over (set by with_codegen_view)
     layout_of: str = ""  # key of the task this one re-lays out (its weight packed), if any
+    # Only the model's other form has this dispatch (its name: "Winograd", "direct"); the
+    # hand-back builds both forms tuned and keeps the faster (layout_choice.other_form).
+    form: str = ""
     iree_levels: tuple[Levels, ...] = ()  # IREE's default tile levels per op (seeds)
     target: str = "llvm-cpu"  # what the task is tuned for (a name or file: `targets`)
     # A dynamic dispatch (`--dynamic`): per `?` of the runnable @main's inputs, (input, dim,

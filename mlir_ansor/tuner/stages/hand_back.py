@@ -20,15 +20,15 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
-from mlir_ansor.tuner.layouts import (ModelLayout, PadFusionChoice, choose_sites,
+from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PadFusionChoice, choose_sites,
                                       decide_pad_fusion, model_flow, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
                                         plan_sizes)
-from mlir_ansor.tuner.stages.state import HandBack, ModelIn, RunState, what_runs
-from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S
+from mlir_ansor.tuner.stages.state import HandBack, ModelForms, ModelIn, RunState, what_runs
+from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S, OTHER_FORM, flip_winograd, form_flow
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source, tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
 from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
@@ -189,9 +189,7 @@ class _Export:
         return self.layout(name).changed or name in self.plans
 
     def layout(self, name: str) -> ModelLayout:
-        f = self.state.forms[name]
-        return ModelLayout(f.channels_last, self.sites[name], f.tiled, f.tiled_sites, f.small,
-                           f.fused, f.folded, f.winograd_sites)
+        return self.state.forms[name].layout(self.sites[name])
 
     def write_model(self, m: ModelIn) -> None:
         st = self.state
@@ -409,6 +407,40 @@ def _with_pad_fusion(state: RunState, timed: dict, winners: dict
     return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS)
 
 
+OTHER_WINOGRAD = "other_winograd"
+
+
+def _form_name(winograd: bool) -> str:
+    return "Winograd" if winograd else "direct"
+
+
+def _other_winograd_pays(state: RunState, e2e: EndToEnd) -> bool:
+    """Whether the one model of the run has an other form (Winograd the other way) whose
+    dispatches were tuned, to be built and timed end to end against the form tuned first."""
+    m = state.models[0]
+    return (state.single and e2e.measured and _cpu_timed_here(state)
+            and state.forms[m.name].winograd_other is not None)
+
+
+def _with_other_winograd(state: RunState, timed: dict, winners: dict
+                         ) -> tuple[_Export, EndToEnd, ModelForms]:
+    """The one model built with Winograd the other way (layout_choice.flip_winograd) and
+    the strategies of that form's dispatches, in its folder's OTHER_WINOGRAD, checked and
+    timed as the tuned form was: (its export, end-to-end result, forms)."""
+    m = state.models[0]
+    f = state.forms[m.name]
+    alt = _in_folder(m, OTHER_WINOGRAD)
+    other = flip_winograd(f, (m.dir / "model.mlir").read_text())
+    base = m.dir / OTHER_FORM
+    flow = form_flow(state, m, other, base)
+    a = f.winograd_other  # seen from the other form, what it replaces and adds is swapped
+    other = replace(other, base=base, flow=flow, plain_keys=frozenset(dispatch_keys(flow)),
+                    winograd_other=Alternative((), a.added, a.removed), winograd_tasks=())
+    sub = replace(state, models=(alt,), forms={**state.forms, m.name: other})
+    ex = _Export(sub, timed, winners, {})
+    return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS), other
+
+
 FUSED_AWAY = "IREE's pad fusion put a pad into this dispatch: IREE's kernel runs it"
 
 
@@ -504,6 +536,35 @@ def hand_back(state: RunState) -> RunState:
                     _move_forms(folders[m.name], m.dir)
             for d in folders.values():
                 shutil.rmtree(d, ignore_errors=True)
+    if not plans and _other_winograd_pays(state, e2es[state.models[0].name]):
+        m = state.models[0]
+        folder = m.dir / OTHER_WINOGRAD
+        f = state.forms[m.name]
+        try:
+            with clock.stage("hand back/winograd"):
+                alt_ex, alt_e2e, other = _with_other_winograd(state, timed, winners)
+        except (CompileError, DefaultModuleError) as e:  # the form tuned first stands
+            state.report(Note(f"the {_form_name(not f.winograd.on)} form failed ({e}): "
+                              "not taken"))
+            f = replace(f, winograd=replace(f.winograd, why=f"{f.winograd.why}; the "
+                                            f"other form failed end to end"))
+        else:
+            now, then = e2es[m.name].speedup, alt_e2e.speedup
+            speedups = (then, now) if f.winograd.on else (now, then)  # direct, Winograd
+            take = then > now * opts.min_speedup  # the form tuned first is kept on a tie
+            state.report(Note(f"{m.name}: the {_form_name(f.winograd.on)} form {now:.2f}x "
+                              f"IREE's default end to end, the "
+                              f"{_form_name(not f.winograd.on)} form {then:.2f}x: "
+                              + ("the latter taken" if take else "the former kept")))
+            if take:
+                ex, e2es, f = alt_ex, {m.name: alt_e2e}, other
+                _move_forms(folder, m.dir)
+            f = replace(f, winograd=replace(f.winograd, speedups=speedups,
+                                            why="decided end to end on the tuned forms"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        state = replace(state, forms={**state.forms, m.name: f})
+        ex.state = state
     if not plans and _pad_fusion_pays(state, e2es[state.models[0].name]):
         m = state.models[0]
         folder = m.dir / WITH_PAD_FUSION

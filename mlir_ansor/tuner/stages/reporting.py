@@ -82,9 +82,12 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
                                                       or "default kept")
         if t.key not in in_model:
             status = (f"packed {t.layout_of}: not used" if t.layout_of
-                      else "replaced by a packed layout")
+                      else f"only in the {t.form} form: not handed back" if t.form
+                      else absent_why(state, t.key))
         elif t.layout_of:
             status = f"packed {t.layout_of}: {status}"
+        elif t.form:
+            status = f"{t.form} form: {status}"
         if t.tunable and t.key not in hb.timed:
             status = "not tuned (no trials left)" if not mine else "no valid program"
         speed = f"{d / b:.2f}x" if (b and d) else "-"
@@ -104,6 +107,16 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
     if not state.single:
         headers.insert(3, "models")
     return headers, rows, fails
+
+
+def absent_why(state: RunState, key: str) -> str:
+    """Why a task of a model's first form is not in the form handed back."""
+    for f in state.forms.values():
+        w = f.winograd
+        if w is not None and w.speedups and f.winograd_other and \
+                key in {k for k, _ in f.winograd_other.added}:
+            return f"only in the {'direct' if w.on else 'Winograd'} form: not handed back"
+    return "replaced by a packed layout"
 
 
 def layout_parts(state: RunState) -> list[str]:
@@ -162,6 +175,9 @@ def layout_parts(state: RunState) -> list[str]:
             continue
         timed = (f"IREE's default builds side by side: direct {fmt_ms(w.plain_s)} ms, "
                  f"Winograd {fmt_ms(w.winograd_s)} ms: " if w.plain_s and w.winograd_s else "")
+        if w.speedups:
+            timed += (f"the tuned model end to end: direct {w.speedups[0]:.2f}x, Winograd "
+                      f"{w.speedups[1]:.2f}x IREE's default: ")
         left = f"; left direct: {'; '.join(w.left)}" if w.left else ""
         parts.append(f"Winograd F(6x6, 3x3) of {name} ({timed}"
                      + (f"on for {len(w.sites)} convolutions" + (f" ({w.why})" if w.why
@@ -312,6 +328,16 @@ def _plan_json(plan) -> dict | None:
                         for k, progs in plan.choices.items()}}
 
 
+def _winograd_speedups(f) -> list[float] | None:
+    w = f.winograd
+    return list(w.speedups) if w is not None and w.speedups else None
+
+
+def _winograd_default_s(f) -> list[float] | None:
+    w = f.winograd
+    return [w.plain_s, w.winograd_s] if w is not None and w.plain_s and w.winograd_s else None
+
+
 def _num(x: float) -> float | None:
     """JSON has no NaN: an untimed figure is null."""
     return None if math.isnan(x) else x
@@ -387,6 +413,10 @@ def write_report(state: RunState) -> RunState:
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,
                          "winograd_sites": list(state.forms[m.name].winograd_sites),
+                         # (direct, Winograd): IREE's default builds' seconds, which
+                         # chose the form tuned first; both forms tuned, their speedups
+                         "winograd_default_s": _winograd_default_s(state.forms[m.name]),
+                         "winograd_speedups": _winograd_speedups(state.forms[m.name]),
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

@@ -103,7 +103,9 @@ def search(state: RunState) -> RunState:
             here.append(r)
         state.report(Measured(task.task_id, r, best.latency_s if best else None))
 
-    alts = [a for f in state.forms.values() for a in f.alternatives]
+    # (An other form's dispatch starts at most at what it replaces, as a packed one does.)
+    alts = [a for f in state.forms.values()
+            for a in (*f.alternatives, *filter(None, [f.winograd_other]))]
     cap = initial_latency(alts, state.defaults)
     early = opts.early_stop or (3 if opts.objective == "f4" else 0)
     scheduler = TaskScheduler(

@@ -59,6 +59,16 @@ class ModelForms:
     pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
     transposes: TransposeChoice | None = None  # None: not considered (--fold-transposes off)
     winograd: WinogradChoice | None = None  # None: not considered (no eligible conv...)
+    # The form with Winograd the other way (--winograd auto): what its dispatches replace
+    # and add, and the ones it adds as tasks; both forms are tuned, the hand-back keeps the
+    # faster end to end (None: not built, see the notes).
+    winograd_other: Alternative | None = None
+    winograd_tasks: tuple[Task, ...] = ()
+
+    def layout(self, sites: tuple[PackSite, ...] = ()) -> ModelLayout:
+        """The layout of this form with the packed weight `sites`."""
+        return ModelLayout(self.channels_last, sites, self.tiled, self.tiled_sites, self.small,
+                           self.fused, self.folded, self.winograd_sites)
 
     @property
     def flags(self) -> tuple[str, ...]:

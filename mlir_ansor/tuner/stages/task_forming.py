@@ -1,6 +1,6 @@
-"""Stage 3: one task per distinct dispatch over all models (and their packed forms), each
-prepared: IREE's default build of it gives the payload a strategy sees, the reference
-outputs and the baseline time."""
+"""Stage 3: one task per distinct dispatch over all models (and their packed and other
+forms), each prepared: IREE's default build of it gives the payload a strategy sees, the
+reference outputs and the baseline time."""
 from __future__ import annotations
 
 import json
@@ -42,8 +42,9 @@ def with_samples(task: Task, samples: tuple[SizeSample, ...]) -> Task:
 def form_tasks(state: RunState) -> RunState:
     samples = {m.name: m.samples for m in state.models}
     per_model = {name: [with_samples(t, samples.get(name, ()))
-                        for t in [*extract_tasks(
-        f.flow, state.opts.target), *f.packed_tasks]] for name, f in state.forms.items()}
+                        for t in [*extract_tasks(f.flow, state.opts.target),
+                                  *f.packed_tasks, *f.winograd_tasks]]
+                 for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}
     defaults: dict[str, float | None] = {}
