@@ -2,6 +2,7 @@
 eligible, the marks, the layout file, the decision, and a tuning run that carries the
 flag to every build and tunes the batch matmul it forms."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +15,11 @@ from mlir_ansor.errors import UsageError
 from mlir_ansor.tuner.driver import TuneOptions
 from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
                                                           same_contractions)
-from mlir_ansor.tuner.layouts import (WINOGRAD_MARGIN, ModelLayout, decide_winograd,
-                                      load_layout, save_layout)
+from mlir_ansor.tuner.layouts import (WINOGRAD_MARGIN, DataTilingChoice, ModelLayout,
+                                      WinogradChoice, decide_winograd, load_layout,
+                                      save_layout)
+from mlir_ansor.tuner.stages.layout_choice import flip_winograd
+from mlir_ansor.tuner.stages.state import ModelForms
 from tests.conftest import QUICK_CLI, tune_cli
 
 
@@ -209,3 +213,15 @@ def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(t
     assert "decided end to end on the tuned forms" in text, text
     build = (out / "build.sh").read_text()
     assert (WINOGRAD_FLAGS[0] in build) == (on and entry["handed_back"] == "tuned"), entry
+
+
+def test_the_other_form_flips_winograd_and_moves_the_data_tiled_sites():
+    first = ModelForms(None, False, Path("model.mlir"), frozenset(), (), (), "",
+                       data_tiling=DataTilingChoice(True, 1.0, 0.5, sites=(1,)),
+                       winograd=WinogradChoice(False, 1.0, 2.0, "slower", built=(0,)))
+    other = flip_winograd(first, MATMUL_AFTER_CONV)
+    assert other.winograd.on and other.winograd_sites == (0,)
+    assert other.tiled_sites == (3,)  # after the fill and the add of the split bias
+    assert other.layout().apply(MATMUL_AFTER_CONV).count(WINOGRAD_ATTR) == 1
+    back = flip_winograd(other, MATMUL_AFTER_CONV)
+    assert not back.winograd.on and back.winograd_sites == () and back.tiled_sites == (1,)
