@@ -331,6 +331,11 @@ class WinogradChoice:
     speedups: tuple[float, float] | None = None
 
 
+def winograd_form_name(winograd: bool) -> str:
+    """How the report and the other form's tasks name a form of a model."""
+    return "Winograd" if winograd else "direct"
+
+
 # Winograd is taken where IREE's default build with it is this much faster: the direct
 # convolutions left otherwise are tuned too, and Winograd costs a little accuracy.
 WINOGRAD_MARGIN = 1.05

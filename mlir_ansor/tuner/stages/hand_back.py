@@ -21,14 +21,16 @@ from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strat
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
 from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PadFusionChoice, choose_sites,
-                                      decide_pad_fusion, model_flow, save_layout)
+                                      decide_pad_fusion, model_flow, save_layout,
+                                      winograd_form_name)
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
                                         plan_sizes)
-from mlir_ansor.tuner.stages.state import HandBack, ModelForms, ModelIn, RunState, what_runs
-from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S, OTHER_FORM, flip_winograd, form_flow
+from mlir_ansor.tuner.stages.state import (HandBack, ModelForms, ModelIn, OtherForm, RunState,
+                                          what_runs)
+from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source, tagged_dispatches
 from mlir_ansor.tuner.toolchain import target_flags
 from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
@@ -410,10 +412,6 @@ def _with_pad_fusion(state: RunState, timed: dict, winners: dict
 OTHER_WINOGRAD = "other_winograd"
 
 
-def _form_name(winograd: bool) -> str:
-    return "Winograd" if winograd else "direct"
-
-
 def _other_winograd_pays(state: RunState, e2e: EndToEnd) -> bool:
     """Whether the one model of the run has an other form (Winograd the other way) whose
     dispatches were tuned, to be built and timed end to end against the form tuned first."""
@@ -424,18 +422,16 @@ def _other_winograd_pays(state: RunState, e2e: EndToEnd) -> bool:
 
 def _with_other_winograd(state: RunState, timed: dict, winners: dict
                          ) -> tuple[_Export, EndToEnd, ModelForms]:
-    """The one model built with Winograd the other way (layout_choice.flip_winograd) and
-    the strategies of that form's dispatches, in its folder's OTHER_WINOGRAD, checked and
-    timed as the tuned form was: (its export, end-to-end result, forms)."""
+    """The one model in its other form (Winograd the other way, formed at the layout
+    stage: layout_choice.other_form) with the strategies of that form's dispatches, in its
+    folder's OTHER_WINOGRAD, checked and timed as the tuned form was: (its export,
+    end-to-end result, forms; the first form is their other form)."""
     m = state.models[0]
     f = state.forms[m.name]
     alt = _in_folder(m, OTHER_WINOGRAD)
-    other = flip_winograd(f, (m.dir / "model.mlir").read_text())
-    base = m.dir / OTHER_FORM
-    flow = form_flow(state, m, other, base)
-    a = f.winograd_other  # seen from the other form, what it replaces and adds is swapped
-    other = replace(other, base=base, flow=flow, plain_keys=frozenset(dispatch_keys(flow)),
-                    winograd_other=Alternative((), a.added, a.removed), winograd_tasks=())
+    a = f.winograd_other.alternative  # seen from the other form: replaced and added swap
+    other = replace(f.winograd_other.forms, winograd_other=OtherForm(
+        replace(f, winograd_other=None), Alternative((), a.added, a.removed)))
     sub = replace(state, models=(alt,), forms={**state.forms, m.name: other})
     ex = _Export(sub, timed, winners, {})
     return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS), other
@@ -544,7 +540,7 @@ def hand_back(state: RunState) -> RunState:
             with clock.stage("hand back/winograd"):
                 alt_ex, alt_e2e, other = _with_other_winograd(state, timed, winners)
         except (CompileError, DefaultModuleError) as e:  # the form tuned first stands
-            state.report(Note(f"the {_form_name(not f.winograd.on)} form failed ({e}): "
+            state.report(Note(f"the {winograd_form_name(not f.winograd.on)} form failed ({e}): "
                               "not taken"))
             f = replace(f, winograd=replace(f.winograd, why=f"{f.winograd.why}; the "
                                             f"other form failed end to end"))
@@ -552,9 +548,9 @@ def hand_back(state: RunState) -> RunState:
             now, then = e2es[m.name].speedup, alt_e2e.speedup
             speedups = (then, now) if f.winograd.on else (now, then)  # direct, Winograd
             take = then > now * opts.min_speedup  # the form tuned first is kept on a tie
-            state.report(Note(f"{m.name}: the {_form_name(f.winograd.on)} form {now:.2f}x "
+            state.report(Note(f"{m.name}: the {winograd_form_name(f.winograd.on)} form {now:.2f}x "
                               f"IREE's default end to end, the "
-                              f"{_form_name(not f.winograd.on)} form {then:.2f}x: "
+                              f"{winograd_form_name(not f.winograd.on)} form {then:.2f}x: "
                               + ("the latter taken" if take else "the former kept")))
             if take:
                 ex, e2es, f = alt_ex, {m.name: alt_e2e}, other

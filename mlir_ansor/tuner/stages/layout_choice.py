@@ -34,13 +34,14 @@ from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS
                                       Alternative, DataTilingChoice, ModelLayout,
                                       PadFusionChoice, TransposeChoice,
                                       WinogradChoice, decide_fold_transposes, decide_winograd,
+                                      winograd_form_name,
                                       weighted_side_by_side,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, model_flow, side_by_side,
                                       small_size_tops)
-from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, RunState
-from mlir_ansor.tuner.tasks import Task, dispatch_keys, extract_tasks, flow_source
+from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, OtherForm, RunState
+from mlir_ansor.tuner.tasks import dispatch_keys, extract_tasks, flow_source
 
 FLOW_TIMEOUT_S = 600
 OTHER_FORM = "model_other_form.mlir"  # the model with Winograd the other way (other_form)
@@ -153,11 +154,11 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                        tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino)
     if opts.winograd == "auto" and wino is not None and wino.built:
         with clock.stage("layout/winograd other form"):
-            other, alternative, tasks, why = other_form(state, m, forms)
-        if other is None:
-            notes.append(f"Winograd of {m.name} decided on IREE's default builds only: {why}")
+            other = other_form(state, m, forms)
+        if isinstance(other, str):
+            notes.append(f"Winograd of {m.name} decided on IREE's default builds only: {other}")
         else:
-            forms = replace(forms, winograd_other=alternative, winograd_tasks=tasks)
+            forms = replace(forms, winograd_other=other)
     return forms, notes
 
 
@@ -177,42 +178,34 @@ def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:
     return replace(f, winograd=replace(w, on=on, sites=sites), data_tiling=tiling)
 
 
-def form_flow(state: RunState, m: ModelIn, f: ModelForms, path: Path) -> str:
-    """The flow-level module of form `f` of the model (its text written to `path`)."""
-    text = f.layout().apply((m.dir / "model.mlir").read_text())
-    return model_flow(text, path, state.opts.target, state.tools, FLOW_TIMEOUT_S, f.flags)
-
-
-def other_form(state: RunState, m: ModelIn, f: ModelForms
-               ) -> tuple[ModelForms | None, Alternative | None, tuple[Task, ...], str]:
-    """The form of the model with Winograd the other way (flip_winograd), so that both are
-    tuned and the hand-back keeps the faster end to end: IREE's default builds decide
-    nothing about tuned kernels (C2D-b16: IREE's direct conv ran 269 ms, Winograd 15.5;
-    tuned direct, 24). (that form with its flow, what its dispatches replace and add,
-    the ones it adds as tasks, named by form; why there is none)."""
+def other_form(state: RunState, m: ModelIn, f: ModelForms) -> OtherForm | str:
+    """The form of the model with Winograd the other way (flip_winograd), its dispatches
+    formed, so that both are tuned and the hand-back keeps the faster end to end: IREE's
+    default builds decide nothing about tuned kernels (C2D-b16: IREE's direct conv ran
+    269 ms, Winograd 15.5; tuned direct, 24). Why there is none, where there is none."""
     if m.dynamic is not None:
-        return None, None, (), "a dynamic model is tuned in one form"
+        return "a dynamic model is tuned in one form"
     if f.alternatives:
-        return None, None, (), "packed weights are not combined with a second form"
+        return "packed weights are not combined with a second form"
     if not state.single:
-        return None, None, (), "several models are tuned in one form each"
+        return "several models are tuned in one form each"
+    base, text = m.dir / OTHER_FORM, (m.dir / "model.mlir").read_text()
     try:
-        other = flip_winograd(f, (m.dir / "model.mlir").read_text())
-        flow = form_flow(state, m, other, m.dir / OTHER_FORM)
+        other = flip_winograd(f, text)
+        flow = model_flow(other.layout().apply(text), base, state.opts.target, state.tools,
+                          FLOW_TIMEOUT_S, other.flags)
     except (CompileError, DataTilingHintError, WinogradError) as e:
-        return None, None, (), f"the other form: {e}"[:300]
+        return f"the other form: {e}"[:300]
     plain, alt = Counter(dispatch_keys(f.flow)), Counter(dispatch_keys(flow))
     added = alt - plain
     if not added:
-        return None, None, (), "the other form has no dispatch of its own"
-    name = "Winograd" if other.winograd.on else "direct"
+        return "the other form has no dispatch of its own"
+    name = winograd_form_name(other.winograd.on)
     tasks = tuple(replace(t, name=f"{t.name} ({name})", form=name)
                   for t in extract_tasks(flow, state.opts.target) if t.key in added)
-    alternative = Alternative((), tuple(sorted((plain - alt).items())),
-                              tuple(sorted(added.items())))
-    other = replace(other, base=m.dir / OTHER_FORM, flow=flow, plain_keys=frozenset(alt),
-                    winograd_other=None, winograd_tasks=())
-    return other, alternative, tasks, ""
+    return OtherForm(replace(other, base=base, flow=flow, plain_keys=frozenset(alt)),
+                     Alternative((), tuple(sorted((plain - alt).items())),
+                                 tuple(sorted(added.items()))), tasks)
 
 
 def checked_build(state: RunState, m: ModelIn, base: Path, vmfb: Path,

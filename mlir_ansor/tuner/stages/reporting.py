@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
-from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS
+from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
+                                      winograd_form_name)
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -114,8 +115,8 @@ def absent_why(state: RunState, key: str) -> str:
     for f in state.forms.values():
         w = f.winograd
         if w is not None and w.speedups and f.winograd_other and \
-                key in {k for k, _ in f.winograd_other.added}:
-            return f"only in the {'direct' if w.on else 'Winograd'} form: not handed back"
+                key in {k for k, _ in f.winograd_other.alternative.added}:
+            return f"only in the {winograd_form_name(not w.on)} form: not handed back"
     return "replaced by a packed layout"
 
 

@@ -105,7 +105,8 @@ def search(state: RunState) -> RunState:
 
     # (An other form's dispatch starts at most at what it replaces, as a packed one does.)
     alts = [a for f in state.forms.values()
-            for a in (*f.alternatives, *filter(None, [f.winograd_other]))]
+            for a in (*f.alternatives,
+                      *([f.winograd_other.alternative] if f.winograd_other else []))]
     cap = initial_latency(alts, state.defaults)
     early = opts.early_stop or (3 if opts.objective == "f4" else 0)
     scheduler = TaskScheduler(

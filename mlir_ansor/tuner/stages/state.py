@@ -44,6 +44,17 @@ class ModelIn:
 
 
 @dataclass(frozen=True)
+class OtherForm:
+    """A second form of a model (layout_choice.other_form): its forms, dispatches formed,
+    what its dispatches replace and add against the first form's, and the ones it adds as
+    tasks (named by form)."""
+
+    forms: ModelForms
+    alternative: Alternative
+    tasks: tuple[Task, ...] = ()
+
+
+@dataclass(frozen=True)
 class ModelForms:
     """What the layout stage decided for one model, and the forms tasks come from."""
 
@@ -59,11 +70,9 @@ class ModelForms:
     pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
     transposes: TransposeChoice | None = None  # None: not considered (--fold-transposes off)
     winograd: WinogradChoice | None = None  # None: not considered (no eligible conv...)
-    # The form with Winograd the other way (--winograd auto): what its dispatches replace
-    # and add, and the ones it adds as tasks; both forms are tuned, the hand-back keeps the
-    # faster end to end (None: not built, see the notes).
-    winograd_other: Alternative | None = None
-    winograd_tasks: tuple[Task, ...] = ()
+    # The form with Winograd the other way (--winograd auto): both forms are tuned, the
+    # hand-back keeps the faster end to end (None: not formed, see the notes).
+    winograd_other: OtherForm | None = None
 
     def layout(self, sites: tuple[PackSite, ...] = ()) -> ModelLayout:
         """The layout of this form with the packed weight `sites`."""
