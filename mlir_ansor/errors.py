@@ -56,6 +56,16 @@ class StrategiesNotApplied(CompileError):
         self.missing = sorted(missing)
 
 
+class StrategiesFailed(CompileError):
+    """The model failed to compile in dispatches that took these strategies of ours (read
+    from IREE's errors and its configuration dump): they can be dropped without a search
+    for the culprit."""
+
+    def __init__(self, message: str, strategies: list[str]):
+        super().__init__(f"{message} (in the dispatches of {sorted(strategies)})")
+        self.strategies = sorted(strategies)
+
+
 # What an interrupted run (SIGINT/SIGTERM) exits with: 128 + SIGINT, as shells do.
 INTERRUPTED_EXIT = 130
 

@@ -137,3 +137,74 @@ def test_a_form_that_keeps_failing_is_given_up_after_its_repairs(tmp_path, monke
     with pytest.raises(StrategiesNotApplied):  # no limit: repaired until none is left
         hb.model_e2e(state, ex, m)
     assert len(builds) == 7 and len(ex.dropped) == 6  # the last build has none left
+
+
+def test_a_strategy_iree_names_in_its_error_is_dropped_without_bisection(tmp_path, monkeypatch):
+    """A build failing in a dispatch that took our strategy says so (StrategiesFailed):
+    that strategy alone is dropped and the model built again, with no model builds spent
+    on finding it (on ResNet-50 each bisection cost about ten)."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.errors import StrategiesFailed
+    from mlir_ansor.tuner.stages import hand_back as hb
+
+    builds = []
+
+    def build(strategies):
+        builds.append(list(strategies))
+        if "strategy_t3" in strategies:
+            raise StrategiesFailed("iree-compile failed", ["strategy_t3"])
+        return "built"
+
+    monkeypatch.setattr(hb, "write_library", lambda path, entries: path)
+    monkeypatch.setattr(hb, "strategy_name", lambda task_id: f"strategy_{task_id}")
+    monkeypatch.setattr(hb, "end_to_end", lambda tools, model, inputs, src, lib, out, cfg,
+                        strategies, **kw: build(strategies))
+    monkeypatch.setattr(hb, "find_culprit", lambda *a: pytest.fail("bisected"))
+    state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
+                                                 min_speedup=1.03),
+                            runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
+                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
+    m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
+                        baseline_dir=tmp_path / "baseline")
+    ex = _FakeExport([f"t{i}" for i in range(6)])
+    assert hb.model_e2e(state, ex, m, repairs=1) == "built"
+    assert len(builds) == 2 and ex.dropped == {"t3": "failed to compile inside the model: "
+                                                     "default kept"}
+
+
+def test_a_model_build_names_the_strategy_that_failed_in_it(tools, tmp_path):
+    """iree-compile's error lies in the failing dispatch's configuration dump, which names
+    the strategy it took: compile_model raises StrategiesFailed with that strategy."""
+    import random
+
+    import torch
+
+    from mlir_ansor.errors import StrategiesFailed
+    from mlir_ansor.sketch_passes.annotation import annotate
+    from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
+    from mlir_ansor.tuner.e2e import compile_model
+    from mlir_ansor.tuner.frontend import import_model
+    from mlir_ansor.tuner.measure import MeasureConfig
+    from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+
+    model, inputs = make()
+    src = tmp_path / "m.mlir"
+    src.write_text(import_model(model, inputs))
+    tasks = [t for t in extract_tasks(flow_source(src, "llvm-cpu", tools, 300)) if t.tunable]
+    entries = [TunedEntry(t.task_id, t.task_mlir, t.ops,
+                          annotate(t.ops, t.sketches[0], random.Random(0))) for t in tasks]
+    text = library_text(entries)
+    bad = strategy_name(tasks[1].task_id)
+    # A strategy that fails when IREE runs it: vectorizing the function itself.
+    head = f"transform.named_sequence @{bad}("
+    start = text.index(head)
+    line_end = text.index("\n", text.index("\n", start) + 1)  # after its first op
+    handle = text[text.index("\n", start) + 1:line_end].split("=")[0].strip()
+    text = (text[:line_end + 1] + f"    transform.structured.vectorize {handle} : "
+            "!transform.any_op\n" + text[line_end + 1:])
+    lib = tmp_path / "lib.mlir"
+    lib.write_text(text)
+    with pytest.raises(StrategiesFailed) as err:
+        compile_model(tools, src, tmp_path / "m.vmfb", MeasureConfig(), lib)
+    assert err.value.strategies == [bad] and "cannot vectorize" in str(err.value)

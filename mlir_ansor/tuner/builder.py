@@ -60,13 +60,30 @@ def first_error_line(stderr: str, limit: int = 500) -> str:
     return (lines[0] if lines else stderr.strip()[-300:])[:limit]
 
 
+def failing_strategies(stderr: str, config_dir: Path) -> set[str]:
+    """The strategies of the dispatches an iree-compile error names: IREE reports a
+    dispatch's codegen failure at its configuration dump (`<config_dir>/<file>.mlir:L:C:
+    error`), whose translation info names the strategy it took. Empty when an error lies
+    elsewhere or in a dispatch without one of ours."""
+    found: set[str] = set()
+    root = Path(config_dir).resolve()
+    for m in re.finditer(r"^(\S+\.mlir):\d+:\d+: error", stderr, re.MULTILINE):
+        f = Path(m.group(1))
+        if f.resolve().parent == root and f.is_file():
+            found |= _codegen_specs(f.read_text(errors="replace"))
+    return found
+
+
+def _codegen_specs(text: str) -> set[str]:
+    return {part.split(">")[0].split(",")[0].strip()
+            for part in text.split("codegen_spec = @")[1:]}
+
+
 def applied_strategies(config_dir: Path) -> set[str]:
     """codegen_spec symbols IREE attached to dispatches (from the configuration dump)."""
     found: set[str] = set()
     for f in Path(config_dir).glob("*.mlir"):
-        text = f.read_text(errors="replace")
-        for part in text.split("codegen_spec = @")[1:]:
-            found.add(part.split(">")[0].split(",")[0].strip())
+        found |= _codegen_specs(f.read_text(errors="replace"))
     return found
 
 

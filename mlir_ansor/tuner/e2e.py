@@ -11,8 +11,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
-from mlir_ansor.tuner.builder import first_error_line, misplaced_branch_strategies
+from mlir_ansor.errors import (CompileError, DefaultModuleError, StrategiesFailed,
+                               StrategiesNotApplied)
+from mlir_ansor.tuner.builder import (failing_strategies, first_error_line,
+                                     misplaced_branch_strategies)
 from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
                                       compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -132,8 +134,11 @@ def compile_model(tools: Toolchain, model_mlir: Path, out: Path, cfg: MeasureCon
     res = compile_module(tools, model_mlir, out, cfg, library, extra,
                          timeout_s=cfg.model_compile_timeout_s)
     if res.returncode != 0:
-        raise CompileError(f"iree-compile failed on {model_mlir}: "
-                           f"{first_error_line(res.stderr)}")
+        message = f"iree-compile failed on {model_mlir}: {first_error_line(res.stderr)}"
+        failed = failing_strategies(res.stderr, cfg_dir) if library is not None else set()
+        if failed:
+            raise StrategiesFailed(message, sorted(failed))
+        raise CompileError(message)
     return applied_strategies(cfg_dir)
 
 

@@ -14,7 +14,8 @@ from typing import Callable, Sequence, TypeVar
 
 from mlir_ansor.dialect_helpers.size_dispatch import branch_by_size, branch_index, retag
 from mlir_ansor.dynamic import size_sets, with_sizes
-from mlir_ansor.errors import CompileError, DefaultModuleError, StrategiesNotApplied
+from mlir_ansor.errors import (CompileError, DefaultModuleError, StrategiesFailed,
+                               StrategiesNotApplied)
 from mlir_ansor.targets import get_target
 from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
@@ -294,10 +295,16 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
             if repairs is not None and attempt >= repairs:
                 raise CompileError(f"still failing after dropping {sorted(ex.dropped)}: "
                                    f"{str(err)[:200]}") from err
+            named = ({e.task_id for e in mine if strategy_name(e.task_id) in err.strategies}
+                     if isinstance(err, StrategiesFailed) else set())
             if isinstance(err, StrategiesNotApplied):
                 # Matched alone, not inside the model: IREE's default stays there.
                 drop = {e.task_id for e in mine if strategy_name(e.task_id) in err.missing}
                 why = "not applied in the model: default kept"
+            elif named:
+                # IREE named the dispatches that failed: no bisection of model builds.
+                drop = named
+                why = "failed to compile inside the model: default kept"
             else:
                 # The same references end_to_end used (torch's, or IREE's default's where
                 # that differs from torch a little), at every checked size.
