@@ -28,7 +28,7 @@ from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_FLAGS, WinogradError,
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model, save_inputs,
-                                  torch_reference)
+                                  size_timing, torch_reference)
 from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
                                       FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
                                       Alternative, DataTilingChoice, ModelLayout,
@@ -40,6 +40,7 @@ from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, model_flow, side_by_side,
                                       small_size_tops)
+from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, OtherForm, RunState
 from mlir_ansor.tuner.tasks import dispatch_keys, extract_tasks, flow_source
 
@@ -312,7 +313,7 @@ def winograd(state: RunState, m: ModelIn, base: Path, sites: Sequence[WinogradSi
     else:
         try:
             plain_s, wino_s = weighted_side_by_side([base_vmfb, vmfb], samples, tools,
-                                                    state.cfg)
+                                                    sample_timing(state, m))
         except CompileError as e:
             return WinogradChoice(False, why=str(e)[:300], left=tuple(left)), None
         choice = decide_winograd(plain_s, wino_s, chosen)
@@ -394,7 +395,7 @@ def data_tiling(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
         return DataTilingChoice(True, None, None, "--data-tiling on", chosen,
                                 tuple(left)), (src, flow, vmfb)
     choice = choose_data_tiling(base_vmfb, vmfb, [(p, w) for _, w, _, p, _ in samples],
-                                tools, state.cfg)
+                                tools, sample_timing(state, m))
     choice = replace(choice, sites=chosen, left=tuple(left))
     return choice, ((src, flow, vmfb) if choice.on else None)
 
@@ -449,7 +450,8 @@ def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
             refs, mags = torch_reference(m.model, xs)
             try:
                 check_outputs(tools, vmfb, paths, refs, mags, where, state.cfg)
-                without, with_ = side_by_side([base_vmfb, vmfb], paths, tools, state.cfg,
+                without, with_ = side_by_side([base_vmfb, vmfb], paths, tools,
+                                              sample_timing(state, m),
                                               rounds=3)
             except CompileError as e:
                 return SmallSizesChoice(None, tuple(timed), f"at {symbol}={n}: {e}"[:300],
@@ -463,6 +465,14 @@ def small_sizes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
         return SmallSizesChoice(None, tuple(timed), "not clearly faster with IREE's defaults "
                                                     "at the smallest sizes")
     return SmallSizesChoice(replace(tried, tops=tops[:kept]), tuple(timed))
+
+
+def sample_timing(state: RunState, m: ModelIn) -> MeasureConfig:
+    """How a whole-model choice times each sample: a dynamic model's choices rest on
+    several sizes (a dozen for its small-size branches), each timed as the hand-back times
+    a further size (`e2e.size_timing`): at full length these timings were 68 of the MLP's
+    180 s run."""
+    return state.cfg if m.dynamic is None else size_timing(state.cfg)
 
 
 def sample_inputs(m: ModelIn) -> list[tuple[tuple, float]]:
