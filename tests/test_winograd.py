@@ -185,9 +185,17 @@ def test_data_tiled_sites_follow_their_contractions_into_the_other_form():
         same_contractions(MATMUL_AFTER_CONV, _model(NHWC), [1])
 
 
+def make_conv_classifier():
+    """A conv and a classifier whose weight the first form may pack."""
+    torch.manual_seed(0)
+    return (nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(16, 64)).eval(),
+            (torch.randn(1, 8, 20, 20),))
+
+
 def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(tmp_path):
     out = tmp_path / "run"
-    res = tune_cli(f"{__file__}:make_conv", "--trials", "8", "--batch", "2",
+    res = tune_cli(f"{__file__}:make_conv_classifier", "--trials", "10", "--batch", "2",
                    "--winograd", "auto", "--out", str(out), *QUICK_CLI)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
@@ -200,6 +208,10 @@ def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(t
     statuses = [t["status"] for t in report["tasks"]]
     assert any(s == f"only in the {other} form: not handed back" or
                s.startswith(f"{other} form: ") for s in statuses), statuses
+    # The classifier's packed weight is a task of the first form only: the other form is
+    # built without packed weights.
+    packed = [t for t in report["tasks"] if t["dispatch"].endswith("(packed)")]
+    assert len(packed) == 1, [t["dispatch"] for t in report["tasks"]]
     # Both tuned forms were built, checked and timed end to end; the other is taken only
     # where it is clearly faster.
     direct, winograd = entry["winograd_speedups"]
@@ -213,6 +225,10 @@ def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(t
     assert "decided end to end on the tuned forms" in text, text
     build = (out / "build.sh").read_text()
     assert (WINOGRAD_FLAGS[0] in build) == (on and entry["handed_back"] == "tuned"), entry
+    if on != first_on:  # the other form handed back: no packed weight in it
+        assert packed[0]["status"] == (f"a packed weight of the "
+                                       f"{'Winograd' if first_on else 'direct'} form: "
+                                       "not handed back"), packed[0]
 
 
 def test_the_other_form_flips_winograd_and_moves_the_data_tiled_sites():
@@ -225,3 +241,23 @@ def test_the_other_form_flips_winograd_and_moves_the_data_tiled_sites():
     assert other.layout().apply(MATMUL_AFTER_CONV).count(WINOGRAD_ATTR) == 1
     back = flip_winograd(other, MATMUL_AFTER_CONV)
     assert not back.winograd.on and back.winograd_sites == () and back.tiled_sites == (1,)
+
+
+def test_a_task_absent_from_the_form_handed_back_says_why():
+    """After the other form is taken, the first form's own dispatches and its packed
+    weights (the other form is built without them) are named as not handed back."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.tuner.layouts import Alternative
+    from mlir_ansor.tuner.stages.reporting import absent_why
+    from mlir_ansor.tuner.stages.state import OtherForm
+
+    first = SimpleNamespace(packed_tasks=(SimpleNamespace(key="fc-packed"),))
+    taken = SimpleNamespace(  # the Winograd form, handed back; its other form is the first
+        winograd=WinogradChoice(True, sites=(0,), speedups=(1.2, 1.5)),
+        winograd_other=OtherForm(first, Alternative((), (("bmm", 1),), (("conv", 1),)), ()))
+    state = SimpleNamespace(forms={"m": taken})
+    assert absent_why(state, "conv") == "only in the direct form: not handed back"
+    assert absent_why(state, "fc-packed") == ("a packed weight of the direct form: "
+                                              "not handed back")
+    assert absent_why(state, "other") == "replaced by a packed layout"

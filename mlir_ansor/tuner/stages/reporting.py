@@ -117,6 +117,11 @@ def absent_why(state: RunState, key: str) -> str:
         if w is not None and w.speedups and f.winograd_other and \
                 key in {k for k, _ in f.winograd_other.alternative.added}:
             return f"only in the {winograd_form_name(not w.on)} form: not handed back"
+        if w is not None and w.speedups and f.winograd_other and \
+                key in {t.key for t in f.winograd_other.forms.packed_tasks}:
+            # (the other form is built without packed weights: layout_choice.other_form)
+            return (f"a packed weight of the {winograd_form_name(not w.on)} form: "
+                    "not handed back")
     return "replaced by a packed layout"
 
 
