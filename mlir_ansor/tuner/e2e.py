@@ -57,8 +57,8 @@ class EndToEnd:
 # summation orders) by a little; beyond this share of the output's largest magnitude it is
 # taken as broken and the run stops.
 GROSS_DIFFERENCE = 1e-2
-# Interleaved rounds at each further size of a dynamic model (the example size gets
-# end_to_end's `rounds`), each of SIZE_REPETITIONS shorter repetitions (`size_timing`):
+# Interleaved rounds at each size of a dynamic model (its example too; a static model's
+# gets end_to_end's `rounds`), each of SIZE_REPETITIONS shorter repetitions (`size_timing`):
 # with a dozen sizes this timing was most of a dynamic run's hand-back (the MLP's: 94 of
 # 161 s), and these rows are the report's; tools/bench_dynamic.py times its own.
 SIZE_ROUNDS = 3
@@ -66,8 +66,9 @@ SIZE_REPETITIONS = 3
 
 
 def size_timing(cfg: MeasureConfig) -> MeasureConfig:
-    """How each further size of a dynamic model is timed: fewer, shorter repetitions
-    after a shorter warm-up (9 pooled samples over 3 rounds, against 55 at the example)."""
+    """How each size of a dynamic model is timed: fewer, shorter repetitions after a
+    shorter warm-up (9 pooled samples over 3 rounds, against 55 at a static model's
+    example)."""
     return replace(cfg, repetitions=min(cfg.repetitions, SIZE_REPETITIONS),
                    min_time_s=cfg.min_time_s / 2, warmup_s=cfg.warmup_s / 2)
 # A static model whose tuned module takes less than this a call on local-task is also
@@ -329,7 +330,11 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
                         tuple(label for label, _ in checks), differs, (), measured=False,
                         tuned_is_default=same)
-    tm = timers(inputs, in_paths)
+    # A dynamic model's example is one size of many (all count alike in `speedup`): timed
+    # as each further size is (at full length it was 14 of the dynamic MLP's 60 s here).
+    tm = timers(inputs, in_paths, size_timing(cfg)) if checks else timers(inputs, in_paths)
+    if checks:
+        rounds = min(SIZE_ROUNDS, rounds)
     sync = replace(cfg, device=SYNC_DEVICE)
     probe = tuned_vmfb  # (IREE's default module when `same`)
     if sync_margin is not None and not checks and not cfg.device and \
