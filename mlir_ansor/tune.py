@@ -124,7 +124,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "default before the hand-back (default 4)")
     p.add_argument("--e2e-rounds", type=_positive_int, default=11,
                    help="interleaved rounds of the end-to-end timing against torch and "
-                        "IREE's default (default 11)")
+                        "IREE's default (default 11; a dynamic model's sizes: at most 3)")
     p.add_argument("--no-layout-rewrite", action="store_true",
                    help="keep the model's layout: no channels-last activations, no packed "
                         "constant weights (llvm-cpu)")

@@ -225,10 +225,10 @@ def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(t
     assert "decided end to end on the tuned forms" in text, text
     build = (out / "build.sh").read_text()
     assert (WINOGRAD_FLAGS[0] in build) == (on and entry["handed_back"] == "tuned"), entry
-    if on != first_on:  # the other form handed back: no packed weight in it
-        assert packed[0]["status"] == (f"a packed weight of the "
-                                       f"{'Winograd' if first_on else 'direct'} form: "
-                                       "not handed back"), packed[0]
+    if on != first_on:  # the other form handed back: it has no packed weight
+        first = "Winograd" if first_on else "direct"
+        assert packed[0]["status"].endswith(f", in the {first} form only: not handed back"), \
+            packed[0]
 
 
 def test_the_other_form_flips_winograd_and_moves_the_data_tiled_sites():
@@ -252,12 +252,19 @@ def test_a_task_absent_from_the_form_handed_back_says_why():
     from mlir_ansor.tuner.stages.reporting import absent_why
     from mlir_ansor.tuner.stages.state import OtherForm
 
-    first = SimpleNamespace(packed_tasks=(SimpleNamespace(key="fc-packed"),))
+    def task(key, layout_of="", form=""):
+        return SimpleNamespace(key=key, layout_of=layout_of, form=form)
+
+    fc = task("fc-packed", layout_of="site 11 (linalg.matmul)")
+    first = SimpleNamespace(packed_tasks=(fc,))
     taken = SimpleNamespace(  # the Winograd form, handed back; its other form is the first
         winograd=WinogradChoice(True, sites=(0,), speedups=(1.2, 1.5)),
         winograd_other=OtherForm(first, Alternative((), (("bmm", 1),), (("conv", 1),)), ()))
     state = SimpleNamespace(forms={"m": taken})
-    assert absent_why(state, "conv") == "only in the direct form: not handed back"
-    assert absent_why(state, "fc-packed") == ("a packed weight of the direct form: "
-                                              "not handed back")
-    assert absent_why(state, "other") == "replaced by a packed layout"
+    assert absent_why(state, task("conv")) == "only in the direct form: not handed back"
+    assert absent_why(state, fc) == ("packed site 11 (linalg.matmul), in the direct form "
+                                     "only: not handed back")
+    # Without a second form: a packed weight not used, a dispatch a packing replaced.
+    state = SimpleNamespace(forms={"m": SimpleNamespace(winograd=None)})
+    assert absent_why(state, fc) == "packed site 11 (linalg.matmul): not used"
+    assert absent_why(state, task("other")) == "replaced by a packed layout"

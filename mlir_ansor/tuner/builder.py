@@ -67,7 +67,8 @@ def failing_strategies(stderr: str, config_dir: Path) -> set[str]:
     elsewhere or in a dispatch without one of ours."""
     found: set[str] = set()
     root = Path(config_dir).resolve()
-    for m in re.finditer(r"^(\S+\.mlir):\d+:\d+: error", stderr, re.MULTILINE):
+    # (On llvm-cpu each dump holds one dispatch: executables are linked after translation.)
+    for m in re.finditer(r"^(.+?\.mlir):\d+:\d+: error", stderr, re.MULTILINE):
         f = Path(m.group(1))
         if f.resolve().parent == root and f.is_file():
             found |= _codegen_specs(f.read_text(errors="replace"))

@@ -20,6 +20,7 @@ from mlir_ansor.tuner.reporters import Reported
 from mlir_ansor.tuner.size_plan import describe
 from mlir_ansor.tuner.stages.state import RunState
 from mlir_ansor.tuner.status import Status
+from mlir_ansor.tuner.tasks import Task
 from mlir_ansor.tuner.wall_time import PARTS
 
 
@@ -82,9 +83,7 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
         status = "tuned" if t.key in tuned_keys else (dropped or t.skip_reason
                                                       or "default kept")
         if t.key not in in_model:
-            status = (f"packed {t.layout_of}: not used" if t.layout_of
-                      else f"only in the {t.form} form: not handed back" if t.form
-                      else absent_why(state, t.key))
+            status = absent_why(state, t)
         elif t.layout_of:
             status = f"packed {t.layout_of}: {status}"
         elif t.form:
@@ -110,18 +109,22 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
     return headers, rows, fails
 
 
-def absent_why(state: RunState, key: str) -> str:
-    """Why a task of a model's first form is not in the form handed back."""
+def absent_why(state: RunState, t: Task) -> str:
+    """Why task `t` is not in the form handed back."""
     for f in state.forms.values():
         w = f.winograd
-        if w is not None and w.speedups and f.winograd_other and \
-                key in {k for k, _ in f.winograd_other.alternative.added}:
-            return f"only in the {winograd_form_name(not w.on)} form: not handed back"
-        if w is not None and w.speedups and f.winograd_other and \
-                key in {t.key for t in f.winograd_other.forms.packed_tasks}:
+        if w is None or not w.speedups or f.winograd_other is None:
+            continue
+        other = winograd_form_name(not w.on)
+        if t.key in {k for k, _ in f.winograd_other.alternative.added}:
+            return f"only in the {other} form: not handed back"
+        if t.key in {p.key for p in f.winograd_other.forms.packed_tasks}:
             # (the other form is built without packed weights: layout_choice.other_form)
-            return (f"a packed weight of the {winograd_form_name(not w.on)} form: "
-                    "not handed back")
+            return f"packed {t.layout_of}, in the {other} form only: not handed back"
+    if t.layout_of:
+        return f"packed {t.layout_of}: not used"
+    if t.form:
+        return f"only in the {t.form} form: not handed back"
     return "replaced by a packed layout"
 
 
