@@ -60,8 +60,9 @@ def test_otherwise_the_module_stays_on_local_task(small, tools, tmp_path, monkey
 
 
 def test_further_sizes_are_timed_with_shorter_repetitions(small, tools, tmp_path, monkeypatch):
-    """The example gets the full timing; each size of `checks` the lighter `size_timing`
-    (fewer, shorter repetitions), in SIZE_ROUNDS rounds."""
+    """A static model's example gets the full timing in `rounds` rounds; a dynamic model's
+    sizes (`checks`) and its example, one size of many, the lighter `size_timing` (fewer,
+    shorter repetitions) in SIZE_ROUNDS rounds."""
     seen = []
 
     def module_times(tools, vmfb, paths, cfg):
@@ -72,13 +73,16 @@ def test_further_sizes_are_timed_with_shorter_repetitions(small, tools, tmp_path
     monkeypatch.setattr(E, "torch_times", lambda model, xs, cfg: [1e-5] * cfg.repetitions)
     model, inputs, src = small
     cfg = MeasureConfig()
-    res = E.end_to_end(tools, model, inputs, src, None, tmp_path / "e2e", cfg, [], rounds=5,
-                       checks=[("x=64b", (torch.randn(64),))])
     light = E.size_timing(cfg)
     assert light.repetitions < cfg.repetitions and light.min_time_s < cfg.min_time_s
+    E.end_to_end(tools, model, inputs, src, None, tmp_path / "static", cfg, [], rounds=5)
+    assert seen == [("static", cfg.repetitions, cfg.min_time_s)] * 5
+    seen.clear()
+    res = E.end_to_end(tools, model, inputs, src, None, tmp_path / "e2e", cfg, [], rounds=5,
+                       checks=[("x=64b", (torch.randn(64),))])
     at_example = [s for s in seen if s[0] == "e2e"]
     at_size = [s for s in seen if s[0] == "check0"]
-    assert at_example and all(r == cfg.repetitions for _, r, _ in at_example)
-    assert len(at_size) == E.SIZE_ROUNDS
-    assert all((r, t) == (light.repetitions, light.min_time_s) for _, r, t in at_size)
+    assert len(at_example) == len(at_size) == E.SIZE_ROUNDS
+    assert all((r, t) == (light.repetitions, light.min_time_s)
+               for _, r, t in at_example + at_size)
     assert len(res.by_size) == 1
