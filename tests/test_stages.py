@@ -105,11 +105,22 @@ class _FakeExport:
         self.dropped.update(dict.fromkeys(ids, why))
 
 
+def _one_static_model(tmp_path):
+    """The parts of a run state and of a static model that model_e2e reads."""
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
+                                                 min_speedup=1.03),
+                            runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
+                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
+    m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
+                        baseline_dir=tmp_path / "baseline")
+    return state, m
+
+
 def test_a_form_that_keeps_failing_is_given_up_after_its_repairs(tmp_path, monkeypatch):
     """The alternative form with pad fusion must not be repaired strategy by strategy: on
     ResNet-50 one IREE dispatch failed with every strategy in turn, one bisection each."""
-    from types import SimpleNamespace
-
     from mlir_ansor.errors import CompileError, StrategiesNotApplied
     from mlir_ansor.tuner.stages import hand_back as hb
 
@@ -122,12 +133,7 @@ def test_a_form_that_keeps_failing_is_given_up_after_its_repairs(tmp_path, monke
     monkeypatch.setattr(hb, "write_library", lambda path, entries: path)
     monkeypatch.setattr(hb, "end_to_end", lambda tools, model, inputs, src, lib, out, cfg,
                         strategies, **kw: never_applied(strategies=strategies))
-    state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
-                                                 min_speedup=1.03),
-                            runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
-                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
-    m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
-                        baseline_dir=tmp_path / "baseline")
+    state, m = _one_static_model(tmp_path)
     ex = _FakeExport([f"t{i}" for i in range(6)])
     with pytest.raises(CompileError, match="still failing after dropping"):
         hb.model_e2e(state, ex, m, repairs=2)
@@ -143,8 +149,6 @@ def test_a_strategy_iree_names_in_its_error_is_dropped_without_bisection(tmp_pat
     """A build failing in a dispatch that took our strategy says so (StrategiesFailed):
     that strategy alone is dropped and the model built again, with no model builds spent
     on finding it (on ResNet-50 each bisection cost about ten)."""
-    from types import SimpleNamespace
-
     from mlir_ansor.errors import StrategiesFailed
     from mlir_ansor.tuner.stages import hand_back as hb
 
@@ -161,12 +165,7 @@ def test_a_strategy_iree_names_in_its_error_is_dropped_without_bisection(tmp_pat
     monkeypatch.setattr(hb, "end_to_end", lambda tools, model, inputs, src, lib, out, cfg,
                         strategies, **kw: build(strategies))
     monkeypatch.setattr(hb, "find_culprit", lambda *a: pytest.fail("bisected"))
-    state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
-                                                 min_speedup=1.03),
-                            runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
-                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
-    m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
-                        baseline_dir=tmp_path / "baseline")
+    state, m = _one_static_model(tmp_path)
     ex = _FakeExport([f"t{i}" for i in range(6)])
     assert hb.model_e2e(state, ex, m, repairs=1) == "built"
     assert len(builds) == 2 and ex.dropped == {"t3": "failed to compile inside the model: "
