@@ -332,15 +332,14 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                         tuned_is_default=same)
     # A dynamic model's example is one size of many (all count alike in `speedup`): timed
     # as each further size is (at full length it was 14 of the dynamic MLP's 60 s here).
-    tm = timers(inputs, in_paths, size_timing(cfg)) if checks else timers(inputs, in_paths)
-    if checks:
-        rounds = min(SIZE_ROUNDS, rounds)
+    at_size, size_rounds = size_timing(cfg), min(SIZE_ROUNDS, rounds)
+    tm = timers(inputs, in_paths, at_size) if checks else timers(inputs, in_paths)
     sync = replace(cfg, device=SYNC_DEVICE)
     probe = tuned_vmfb  # (IREE's default module when `same`)
     if sync_margin is not None and not checks and not cfg.device and \
             lower_quartile(module_times(tools, probe, in_paths, cfg)) < SYNC_PROBE_S:
         tm["sync"] = lambda: module_times(tools, probe, in_paths, sync)
-    t = interleaved(tm, rounds)
+    t = interleaved(tm, size_rounds if checks else rounds)
     device, task_s = "", math.nan
     tuned_s = lower_quartile(t.get("tuned", t["default"]))
     if "sync" in t and lower_quartile(t["sync"]) * sync_margin < tuned_s:
@@ -349,10 +348,9 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                                              out_dir / "sync", sync))
         device, task_s, tuned_s = SYNC_DEVICE, tuned_s, lower_quartile(t["sync"])
     by_size = []
-    at_size = size_timing(cfg)
     for (label, xs), paths in zip(checks, check_paths):
         # Every size of a dynamic model counts (the example is one size of many).
-        ts = interleaved(timers(xs, paths, at_size), min(SIZE_ROUNDS, rounds))
+        ts = interleaved(timers(xs, paths, at_size), size_rounds)
         by_size.append((label, lower_quartile(ts["torch"]), lower_quartile(ts["default"]),
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
