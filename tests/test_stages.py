@@ -172,6 +172,43 @@ def test_a_strategy_iree_names_in_its_error_is_dropped_without_bisection(tmp_pat
                                                      "default kept"}
 
 
+def test_a_form_iree_cannot_build_alone_blames_no_strategy(tmp_path, monkeypatch):
+    """An unnamed failure is bisected only if the form builds without our strategies: on
+    ResNet-50 the form with pad fusion failed in IREE's own codegen (a strided conv that
+    took its pad in), every half of the library 'failed', and each repair blamed and
+    dropped an innocent strategy. Where one strategy does break the form, it is found."""
+    from mlir_ansor.errors import CompileError
+    from mlir_ansor.tuner.stages import hand_back as hb
+
+    probes = []
+
+    def check(strategies, broken_by):
+        probes.append(list(strategies))
+        if broken_by is None or broken_by in strategies:
+            raise CompileError("iree-compile failed: 'memref.alloca' op ...")
+        return set(strategies), 0.0
+
+    monkeypatch.setattr(hb, "write_library", lambda path, entries: path)
+    monkeypatch.setattr(hb, "strategy_name", lambda task_id: f"strategy_{task_id}")
+    monkeypatch.setattr(hb, "save_inputs", lambda xs, d: [])
+    monkeypatch.setattr(hb, "model_reference", lambda *a: ([], [], None, None))
+    state, m = _one_static_model(tmp_path)
+    for broken_by, dropped in ((None, {}), ("strategy_t4", {"t4"})):
+        probes.clear()
+        monkeypatch.setattr(hb, "end_to_end", lambda tools, model, inputs, src, lib, out,
+                            cfg, strategies, **kw: check(strategies, broken_by) and "built")
+        monkeypatch.setattr(hb, "check_tuned", lambda tools, src, lib, vmfb, cfg, strategies,
+                            *a: check(strategies, broken_by))
+        ex = _FakeExport([f"t{i}" for i in range(6)])
+        if broken_by is None:
+            with pytest.raises(CompileError, match="with no tuned strategy"):
+                hb.model_e2e(state, ex, m, repairs=2)
+            assert probes[1] == []  # the build without strategies, before any bisection
+        else:
+            assert hb.model_e2e(state, ex, m, repairs=2) == "built"
+        assert set(ex.dropped) == set(dropped)
+
+
 def test_a_model_build_names_the_strategy_that_failed_in_it(tools, tmp_path):
     """iree-compile's error lies in the failing dispatch's configuration dump, which names
     the strategy it took: compile_model raises StrategiesFailed with that strategy."""

@@ -45,9 +45,10 @@ TORCH_OP_TIMING = MeasureConfig(repetitions=3, min_time_s=0.02, warmup_s=0.05)
 
 def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> T | None:
     """An entry that makes `fails` true on its own, given that all of `entries` together
-    do, by halving (each probe is a whole check, not just a compile: a strategy that
-    compiles but computes wrong results is found too). None if no half fails alone (only
-    a combination fails)."""
+    do and that the empty set does not (the caller checks that first: otherwise
+    every half fails and an innocent entry is blamed), by halving (each probe is a whole
+    check, not just a compile: a strategy that compiles but computes wrong results is
+    found too). None if no half fails alone (only a combination fails)."""
     cands = list(entries)
     while len(cands) > 1:
         half, rest = cands[:len(cands) // 2], cands[len(cands) // 2:]
@@ -329,6 +330,12 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
                     except CompileError:
                         return True
 
+                if fails([]):
+                    # The form fails with no strategy of ours (IREE's own codegen, e.g. on
+                    # a dispatch that took in a pad): bisecting would blame an innocent one.
+                    raise CompileError(f"{m.name} fails to build or check in this form "
+                                       f"with no tuned strategy (IREE's own codegen): "
+                                       f"{str(err)[:200]}") from err
                 culprit = find_culprit(mine, fails)
                 drop = {culprit.task_id} if culprit else {e.task_id for e in mine}
                 why = ("failed inside the model: default kept" if culprit else
