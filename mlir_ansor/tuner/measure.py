@@ -174,6 +174,21 @@ def outclassed(mine: Sequence[float], theirs: Sequence[float],
                for k in (theirs_at[0] if theirs_at else ()))
 
 
+# A re-timed program whose first run is this many times slower than another's (at every
+# size sample) cannot be the one kept: timings on a noisy machine drift by 10-20%, not 50%.
+FAR_BEHIND = 1.5
+
+
+def far_behind(mine: Sequence[float], theirs: Sequence[float],
+               mine_at: Sequence[dict[str, float]], theirs_at: Sequence[dict[str, float]]
+               ) -> bool:
+    """Whether a candidate's first run is over FAR_BEHIND times another's, overall and at
+    every size sample."""
+    if not mine or not theirs or mine[0] <= FAR_BEHIND * theirs[0]:
+        return False
+    return all(mine_at[0][k] > FAR_BEHIND * theirs_at[0][k] for k in theirs_at[0])
+
+
 def clear_win(mine: Sequence[float], theirs: Sequence[float],
               mine_at: Sequence[dict[str, float]], theirs_at: Sequence[dict[str, float]],
               margin: float) -> bool:
@@ -206,8 +221,12 @@ class TaskMeasurer:
 
     def __init__(self, task: Task, workdir: Path, tools: Toolchain, cfg: MeasureConfig,
                  seed: int = 0, builder: Builder | None = None, runner: Runner | None = None,
-                 clock: WallTime | None = None):
+                 clock: WallTime | None = None, keep_best: int = 0):
         self.task, self.tools, self.cfg = task, tools, cfg
+        # The modules of this measurer's `keep_best` fastest valid candidates, by program
+        # key (latency, path): re-timing them before export needs no second build.
+        self.keep_best = keep_best
+        self.kept: dict[str, tuple[float, Path]] = {}
         self.clock = clock or WallTime()  # compile and measure time of the candidates
         self.builder = builder or cfg.builder(tools)
         self.runner = runner or cfg.runner(tools)
@@ -382,9 +401,16 @@ class TaskMeasurer:
         failed now), also per size sample of a dynamic task; None if the default failed."""
         base = self.dir / "best"
         shutil.rmtree(base, ignore_errors=True)
-        built = self.build(programs, [base / f"c{i}" for i in range(len(programs))])
+        # This run's own top candidates were built and validated in the search.
+        again = [i for i, p in enumerate(programs) if p.key not in self.kept]
+        built = dict(zip(again, self.build([programs[i] for i in again],
+                                           [base / f"c{i}" for i in again])))
         vmfbs: list[Path | None] = []
-        for b in built:
+        for i, p in enumerate(programs):
+            if i not in built:
+                vmfbs.append(self.kept[p.key][1])
+                continue
+            b = built[i]
             ok = b.status == Status.OK and self.validated(b.artifact)
             vmfbs.append(b.artifact if ok else None)
         t_def: list[float] = []
@@ -416,6 +442,10 @@ class TaskMeasurer:
                     at_new[i].append(by)
             racing = [go and not outclassed(t, t_def, a, at_def)
                       for go, t, a in zip(racing, t_new, at_new)]
+            if r == 0:  # a program far behind another in the first round leaves at once
+                racing = [go and not any(racing[j] and j != i and far_behind(
+                    t_new[i], t_new[j], at_new[i], at_new[j]) for j in range(len(racing)))
+                    for i, go in enumerate(racing)]
             # Only the fastest program can be kept: one that another still racing beats in
             # every run (at every size) leaves too.
             racing = [go and not any(racing[j] and j != i and outclassed(
@@ -450,11 +480,30 @@ class TaskMeasurer:
                 if status == Status.OK else None
             if latency is not None:
                 self.best_s = latency if self.best_s is None else min(self.best_s, latency)
+                self._keep(prog.key, latency, b.artifact)
             yield rec.Record(task_key=self.task.key, program=prog.to_json(), program_key=prog.key,
                              status=status, latency_s=latency, samples_s=tuple(samples),
                              error=err, target=self.cfg.target, env=env, time=time.time(),
                              device_kind=self.cfg.device_kind, by_size=by)
         shutil.rmtree(tmp, ignore_errors=True)
+
+    def _keep(self, key: str, latency: float, artifact: Path) -> None:
+        """Keep a valid candidate's module if it is among the `keep_best` fastest so far
+        (a proxy runner rates an assembly dump beside the module: not kept there)."""
+        if self.keep_best < 1 or isinstance(self.runner, ProxyRunner):
+            return
+        ranked = sorted([*self.kept.items(), (key, (latency, artifact))],
+                        key=lambda kv: kv[1][0])
+        if key not in dict(ranked[:self.keep_best]):
+            return
+        d = self.dir / "kept"
+        d.mkdir(exist_ok=True)
+        shutil.copyfile(artifact, d / f"{key}.vmfb")
+        self.kept[key] = (latency, d / f"{key}.vmfb")
+        for gone, (_, path) in ranked[self.keep_best:]:
+            if gone in self.kept:
+                path.unlink(missing_ok=True)
+                del self.kept[gone]
 
     def _measure_built(self, artifact: Path
                        ) -> tuple[Status, str, tuple[float, ...], dict[str, float]]:

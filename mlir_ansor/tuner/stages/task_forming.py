@@ -57,7 +57,8 @@ def form_tasks(state: RunState) -> RunState:
         first = next(iter(usage[t.key]))
         cfg = replace(state.cfg, compile_flags=state.forms[first].codegen_flags)
         m = TaskMeasurer(t, state.out / "tasks", state.tools, cfg, seed=state.opts.seed,
-                         builder=state.builder, runner=state.runner, clock=state.clock)
+                         builder=state.builder, runner=state.runner, clock=state.clock,
+                         keep_best=state.opts.top_k)  # (re-timed before export)
         try:
             m.prepare()  # re-reads the task on the payload codegen will see
         except UnsupportedDispatch as e:  # no baseline or reference: left to IREE
