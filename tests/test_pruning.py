@@ -68,6 +68,32 @@ def test_random_proposals_prefer_unflagged_programs_and_are_counted():
     assert all(r.name in line for r in RULES) and "judged" in line
 
 
+def test_the_search_draws_whole_vectors_instead_of_rejecting_partial_ones(monkeypatch):
+    """The search's random sampling keeps only programs no rule flags; vector-not-filled
+    flagged about half of all draws on ResNet-50's convs (each draw annotated, checked and
+    judged in vain). Drawn with full_vectors, none is flagged by it, and the vector tile
+    takes every value the unflagged plain draws take."""
+    from mlir_ansor.tuner import evolution
+
+    ops = ops_of(MATMUL)
+    task = make_task(ops)
+    rng = random.Random(3)
+    plain = [annotate(ops, task.sketches[i % 2], rng, target=TWO_CORES) for i in range(300)]
+    full = [annotate(ops, task.sketches[i % 2], rng, target=TWO_CORES, full_vectors=True)
+            for i in range(300)]
+    unfilled = [p for p in plain if "vector-not-filled" in flagged(ops, p, TWO_CORES)]
+    assert len(unfilled) > 50
+    assert not any("vector-not-filled" in flagged(ops, p, TWO_CORES) for p in full)
+    assert {root_nest(ops, p).lanes for p in full} == \
+        {root_nest(ops, p).lanes for p in plain if p not in unfilled} == {8, 12, 16, 24}
+    seen = []
+    real = evolution.annotate
+    monkeypatch.setattr(evolution, "annotate", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    pol = EvolutionPolicy(replace(task, target="x86_64-avx2"), 0, EvolutionConfig(population=16))
+    pol.propose(4, set(), [])
+    assert seen and all(kw.get("full_vectors") for kw in seen)
+
+
 BATCHED_DEPTHWISE = mul_add_generic(
     "4x8x30x30", "8x3x3", "4x8x28x28", "n, c, h, w, kh, kw",
     ("n, c, h + kh, w + kw", "c, kh, kw", "n, c, h, w"),

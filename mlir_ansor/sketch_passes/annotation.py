@@ -129,13 +129,16 @@ def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
 
 
 
-def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int) -> tuple[int, ...]:
-    """Inner level extents (innermost last) whose product divides `extent`."""
+def _sample_levels(rng: random.Random, extent: int, levels: int, inner_max: int,
+                   inner_min: int = 1) -> tuple[int, ...]:
+    """Inner level extents (innermost last, within [inner_min, inner_max]) whose product
+    divides `extent`."""
     out: list[int] = []
     remaining = extent
     for lvl in range(levels):
         innermost = lvl == 0
-        cands = [d for d in divisors(remaining) if not innermost or d <= inner_max]
+        cands = [d for d in divisors(remaining)
+                 if not innermost or inner_min <= d <= inner_max]
         d = rng.choice(cands)
         out.append(d)
         remaining //= d
@@ -336,9 +339,22 @@ def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
     return total + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 
+def full_vector_tile(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
+    """The least innermost tile `annotate(full_vectors=True)` gives parallel loop `loop` of
+    `op`: one vector along the output's contiguous dim where whole vectors divide it, else 1."""
+    lanes = annotation_limits(target).f32_lanes
+    last = len(op.output.shape) - 1
+    return lanes if op.output_dim_of_loop(loop) == last and op.extents[loop] % lanes == 0 \
+        else 1
+
+
 def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
-             target: Target | None = None) -> Program:
-    """One random complete program of `sketch` for `target` (see the module docstring)."""
+             target: Target | None = None, full_vectors: bool = False) -> Program:
+    """One random complete program of `sketch` for `target` (see the module docstring).
+    `full_vectors`: the register tile's contiguous loop is drawn from whole vectors only
+    where they divide it (`full_vector_tile`), as if the others were drawn and rejected:
+    the pruning rule vector-not-filled flags them, and the search's random sampling, which
+    rejects flagged programs, drew most of its candidates in vain."""
     if sketch.gpu:
         return annotate_gpu(ops, sketch, rng, target=target)
     lim = annotation_limits(target)
@@ -354,7 +370,9 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
         for _ in range(100):  # resample until the register tile fits
             splits = {l: _sample_levels(rng, root.extents[l], 3,
                                         1 if l in unit_rows else
-                                        inner_limit(root, l, target=target))
+                                        inner_limit(root, l, target=target),
+                                        full_vector_tile(root, l, target=target)
+                                        if full_vectors and l not in unit_rows else 1)
                       for l in root.parallel_dims}
             peeled: set[int] = set()
             # A dynamic loop is always the micro-kernel loop; otherwise half the programs

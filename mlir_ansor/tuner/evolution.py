@@ -64,7 +64,7 @@ class EvolutionPolicy:
 
         def draw() -> Program:
             return annotate(ops, sketches[self.rng.randrange(len(sketches))], self.rng,
-                            target=self.target)
+                            target=self.target, full_vectors=True)
 
         def valid(p: Program) -> bool:
             return not violations(ops, p, target=self.target)
