@@ -1,8 +1,10 @@
 """Task scheduler (paper §6): which task gets the next round of measurements.
 
 The objective f(g_1..g_n) maps each task's best latency g_i to one number to minimize.
-After a warm-up round robin, the gradient scheduler picks the task with the largest
-expected decrease of f per unit of time:
+After a warm-up round (every task once, the tasks that weigh most in f first: under a time
+limit a model of 40 tasks may not finish it, and what is left out should be its smallest
+tasks), the gradient scheduler picks the task with the largest expected decrease of f per
+unit of time:
 
   df/dt_i ~ df/dg_i * ( alpha * (g_i(t_i) - g_i(t_i - window)) / window
                        + (1 - alpha) * min(-g_i(t_i) / t_i,
@@ -101,6 +103,14 @@ class TaskScheduler:
         return [k for k in self.keys if k not in self.stopped and
                 not (self.cfg.early_stop and self.state[k].stale >= self.cfg.early_stop)]
 
+    def share(self, key: str) -> float:
+        """How much of the objective task `key` holds now: df/dg_i * g_i (for f1, its
+        calls times its best latency)."""
+        g = self.best()
+        gi = g[key]
+        d = gi * 1e-3
+        return (self.objective({**g, key: gi + d}) - self.objective(g)) / d * gi
+
     def gradient(self, key: str) -> float:
         """Estimated df/dt for task `key` (negative: more time lowers the objective)."""
         s, cfg = self.state[key], self.cfg
@@ -127,8 +137,8 @@ class TaskScheduler:
                     return k
             return None
         warm = [k for k in keys if self.state[k].rounds == 0]
-        if warm:  # warm-up: every task once, in order
-            return warm[0]
+        if warm:  # warm-up: every task once, the largest share first (ties: in order)
+            return max(warm, key=self.share)
         if self.rng.random() < self.cfg.eps:
             return self.rng.choice(keys)
         return min(keys, key=self.gradient)  # steepest descent of the objective
