@@ -15,6 +15,13 @@ sys.stdout.flush()
 # CHECK: transform.named_sequence @strategy_t7
 # CHECK: transform.named_sequence @match_t7
 # CHECK: transform.iree.match.cast_compatible_dag_from_root
+# The pattern's arguments are wildcards to the DAG matcher: each must be loaded (or a
+# constant) in the payload too, not computed by an op the strategy was not made for.
+# CHECK: %[[MM:.+]] = transform.get_producer_of_operand %arg0[0]
+# CHECK-NEXT: %[[A:.+]] = transform.get_producer_of_operand %[[MM]][0]
+# CHECK-NEXT: transform.match.operation_name %[[A]] ["iree_codegen.load_from_buffer", "iree_tensor_ext.dispatch.tensor.load", "arith.constant"
+# CHECK-NEXT: %[[B:.+]] = transform.get_producer_of_operand %[[MM]][1]
+# CHECK-NEXT: transform.match.operation_name %[[B]] [
 # CHECK: transform.named_sequence @__kernel_config
 # CHECK: transform.foreach_match in
 # CHECK-NEXT: @match_t7 -> @apply_t7

@@ -282,6 +282,38 @@ def sizes_as_arguments(pattern: str) -> str:
         return str(module)
 
 
+# What may give a pattern argument's tensor in the payload: the ops a dispatch reads memory
+# with where IREE configures it (3.13 on llvm-cpu: load_from_buffer; the flow-level load
+# too, should a pipeline configure earlier), a constant IREE inlined (a batch norm's
+# parameters), and ops that only reshape or slice one of those. No computing op.
+LEAF_OPS = ("iree_codegen.load_from_buffer", "iree_tensor_ext.dispatch.tensor.load",
+            "arith.constant", "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
+            "tensor.extract_slice", "tensor.cast")
+
+
+def match_loaded_leaves(target: ir.Value, pattern: str) -> None:
+    """Every tensor a pattern op takes as an argument of the pattern is loaded (or a
+    constant) in the payload too, not computed there (LEAF_OPS). The DAG matcher takes
+    arguments as wildcards, so on ResNet-50 a batch norm + ReLU task's strategy took a
+    conv + batch norm + ReLU dispatch of the same shape (and failed to compile there), and
+    a conv's took the conv whose pad IREE's pad fusion had put into its dispatch."""
+    module = ir.Module.parse(pattern)
+    ops = tileable_ops(module.operation)
+    entry = module.body.operations[0].regions[0].blocks[0]
+    for i, op in enumerate(ops):
+        leaves = [k for k, v in enumerate(op.operands)
+                  if isinstance(v, ir.BlockArgument) and v.owner == entry
+                  and isinstance(v.type, ir.RankedTensorType)]
+        if not leaves:
+            continue
+        h = target
+        for k in operand_path(pattern, len(ops) - 1, i):
+            h = transform.GetProducerOfOperand(any_op(), h, k).result
+        for k in leaves:
+            loaded = transform.GetProducerOfOperand(any_op(), h, k).result
+            transform.MatchOperationNameOp(loaded, list(LEAF_OPS))
+
+
 def _build_matcher(name: str, pattern: str) -> None:
     seq = transform.NamedSequenceOp(name, [any_op()], [any_op()], arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
@@ -290,6 +322,7 @@ def _build_matcher(name: str, pattern: str) -> None:
         else:
             match_task_dag(seq.bodyTarget, sizes_as_arguments(pattern),
                            _root_op_name(pattern))
+        match_loaded_leaves(seq.bodyTarget, pattern)
         transform.YieldOp([seq.bodyTarget])
 
 
