@@ -396,3 +396,19 @@ def test_the_best_modules_of_the_search_are_re_timed_without_a_second_build(tool
     monkeypatch.setattr(m, "build", lambda ps, dirs: built.extend(ps) or real_build(ps, dirs))
     res = m.remeasure([*best, other], rounds=1)
     assert built == [other] and all(t is not None for t in res.tuned)
+
+
+def test_a_program_kept_again_keeps_its_module(mm_measurer, tmp_path, monkeypatch):
+    """The kept modules rank by latency; the same program kept again is one entry (its
+    newer latency), not two, one of which would evict the other's file."""
+    monkeypatch.setattr(mm_measurer, "keep_best", 2)
+    monkeypatch.setattr(mm_measurer, "kept", {})
+    files = {}
+    for name in "ab":
+        files[name] = tmp_path / f"{name}.vmfb"
+        files[name].write_bytes(name.encode())
+    mm_measurer._keep("A", 1.0, files["a"])
+    mm_measurer._keep("B", 2.0, files["b"])
+    mm_measurer._keep("A", 3.0, files["a"])
+    assert {k: v[0] for k, v in mm_measurer.kept.items()} == {"A": 3.0, "B": 2.0}
+    assert all(path.exists() for _, path in mm_measurer.kept.values())

@@ -22,6 +22,7 @@ from mlir_ansor.dialect_helpers.linalg_info import (OpInfo,
                                                     tileable_ops)
 from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.dialect_helpers.transform_builder import any_op
+from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.emitter import build_strategy
 from mlir_ansor.transform_scripts.gpu_emitter import build_gpu_strategy
@@ -306,8 +307,12 @@ def match_loaded_leaves(target: ir.Value, pattern: str) -> None:
                   and isinstance(v.type, ir.RankedTensorType)]
         if not leaves:
             continue
+        try:
+            path = operand_path(pattern, len(ops) - 1, i)
+        except UnsupportedDispatch:  # reached through a reshape, not a tileable op: the
+            continue  # DAG matcher alone decides there
         h = target
-        for k in operand_path(pattern, len(ops) - 1, i):
+        for k in path:
             h = transform.GetProducerOfOperand(any_op(), h, k).result
         for k in leaves:
             loaded = transform.GetProducerOfOperand(any_op(), h, k).result

@@ -492,7 +492,7 @@ class TaskMeasurer:
         (a proxy runner rates an assembly dump beside the module: not kept there)."""
         if self.keep_best < 1 or isinstance(self.runner, ProxyRunner):
             return
-        ranked = sorted([*self.kept.items(), (key, (latency, artifact))],
+        ranked = sorted({**self.kept, key: (latency, artifact)}.items(),
                         key=lambda kv: kv[1][0])
         if key not in dict(ranked[:self.keep_best]):
             return
