@@ -164,14 +164,20 @@ def match_task_structure(target: ir.Value, task_mlir: str) -> None:
         raw = [o.name for o in tileable_ops(ir.Module.parse(task_mlir).operation)]
     tagged = _tagged_ops(task_mlir)
     for i, (name, info) in enumerate(zip(raw, infos)):
-        h = target
-        for k in operand_path(task_mlir, len(raw) - 1, i):
-            h = transform.GetProducerOfOperand(any_op(), h, k).result
+        h = _producer(target, operand_path(task_mlir, len(raw) - 1, i))
         transform.MatchOperationNameOp(h, [name])
         if info is not None and info.is_linalg:
             _match_dims(h, info)
         if i in tagged:  # a size branch's copy: only that branch's (see below)
             match_task_dag(h, tagged[i], name)
+
+
+def _producer(root: ir.Value, path: Sequence[int]) -> ir.Value:
+    """A handle to the op reached from `root` through the operand indices `path`."""
+    h = root
+    for k in path:
+        h = transform.GetProducerOfOperand(any_op(), h, k).result
+    return h
 
 
 def _tagged_ops(task_mlir: str) -> dict[int, str]:
@@ -311,12 +317,9 @@ def match_loaded_leaves(target: ir.Value, pattern: str) -> None:
             path = operand_path(pattern, len(ops) - 1, i)
         except UnsupportedDispatch:  # reached through a reshape, not a tileable op: the
             continue  # DAG matcher alone decides there
-        h = target
-        for k in path:
-            h = transform.GetProducerOfOperand(any_op(), h, k).result
+        h = _producer(target, path)
         for k in leaves:
-            loaded = transform.GetProducerOfOperand(any_op(), h, k).result
-            transform.MatchOperationNameOp(loaded, list(LEAF_OPS))
+            transform.MatchOperationNameOp(_producer(h, [k]), list(LEAF_OPS))
 
 
 def _build_matcher(name: str, pattern: str) -> None:

@@ -103,21 +103,24 @@ class TaskScheduler:
         return [k for k in self.keys if k not in self.stopped and
                 not (self.cfg.early_stop and self.state[k].stale >= self.cfg.early_stop)]
 
+    def _df_dg(self, key: str, g: dict[str, float]) -> float:
+        """df/dg_i at the best latencies `g`, by a forward difference."""
+        gi = g[key]
+        d = gi * 1e-3
+        return (self.objective({**g, key: gi + d}) - self.objective(g)) / d
+
     def share(self, key: str) -> float:
         """How much of the objective task `key` holds now: df/dg_i * g_i (for f1, its
         calls times its best latency)."""
         g = self.best()
-        gi = g[key]
-        d = gi * 1e-3
-        return (self.objective({**g, key: gi + d}) - self.objective(g)) / d * gi
+        return self._df_dg(key, g) * g[key]
 
     def gradient(self, key: str) -> float:
         """Estimated df/dt for task `key` (negative: more time lowers the objective)."""
         s, cfg = self.state[key], self.cfg
         g = self.best()
         gi = g[key]
-        d = gi * 1e-3
-        df_dg = (self.objective({**g, key: gi + d}) - self.objective(g)) / d
+        df_dg = self._df_dg(key, g)
         w = min(cfg.window, len(s.history) - 1)
         backward = (s.history[-1] - s.history[-1 - w]) / w if w > 0 else 0.0
         similar = [k for k in self.keys if self.state[k].group == s.group]
