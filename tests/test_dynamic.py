@@ -122,5 +122,6 @@ def test_one_module_serves_every_size(tmp_path):
         sizes += sorted({x for a, b in zip(edges, edges[1:]) for x in (a, b - 1)} - set(sizes))
     assert checked == [f"x_0={s}" for s in sizes]
     assert "dynamic x:0=16..32: also matched at x_0=16;" in res.stdout
-    # ... and timed there: the handed-back module is chosen over all those sizes.
-    assert [r["size"] for r in e2e["by_size"]] == checked
+    # ... and timed at the check sizes (not the branch ends): the handed-back module is
+    # chosen over the spread of the range.
+    assert [r["size"] for r in e2e["by_size"]] == [f"x_0={s}" for s in check_sizes(16, 32)]

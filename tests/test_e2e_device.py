@@ -78,11 +78,24 @@ def test_further_sizes_are_timed_with_shorter_repetitions(small, tools, tmp_path
     E.end_to_end(tools, model, inputs, src, None, tmp_path / "static", cfg, [], rounds=5)
     assert seen == [("static", cfg.repetitions, cfg.min_time_s)] * 5
     seen.clear()
+    referenced = []
+    reference = E.model_reference
+
+    def model_reference(tools, vmfb, model, xs, paths, out_dir, cfg):
+        referenced.append(out_dir.name)
+        return reference(tools, vmfb, model, xs, paths, out_dir, cfg)
+
+    monkeypatch.setattr(E, "model_reference", model_reference)
     res = E.end_to_end(tools, model, inputs, src, None, tmp_path / "e2e", cfg, [], rounds=5,
-                       checks=[("x=64b", (torch.randn(64),))])
+                       checks=[("x=64b", (torch.randn(64),))],
+                       check_only=[("x=end", (torch.randn(64),))])
     at_example = [s for s in seen if s[0] == "e2e"]
     at_size = [s for s in seen if s[0] == "check0"]
     assert len(at_example) == len(at_size) == E.SIZE_ROUNDS
     assert all((r, t) == (light.repetitions, light.min_time_s)
                for _, r, t in at_example + at_size)
-    assert len(res.by_size) == 1
+    # A branch end (`check_only`) is checked against torch, never timed.
+    assert referenced == ["e2e", "check0", "check1"]
+    assert not [s for s in seen if s[0] == "check1"]
+    assert res.checked == ("x=64b", "x=end")
+    assert [label for label, *_ in res.by_size] == ["x=64b"]

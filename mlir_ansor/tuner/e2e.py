@@ -278,13 +278,15 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                rounds: int = 11, tuned_mlir: Path | None = None,
                prebuilt_default: Path | None = None,
                checks: Sequence[tuple[str, tuple]] = (),
-               flags: Sequence[str] = (), sync_margin: float | None = None) -> EndToEnd:
+               flags: Sequence[str] = (), sync_margin: float | None = None,
+               check_only: Sequence[tuple[str, tuple]] = ()) -> EndToEnd:
     """Compile `model_mlir` with IREE's defaults (or take `prebuilt_default`, a module an
     earlier step built from it that way) and `tuned_mlir` (default: the same model, else
     e.g. with packed weights) with `library` and the tuned form's build `flags` (e.g. data
     tiling); check both against torch, on `inputs` and on every (label, inputs) of `checks`
-    (other sizes of a dynamic model); time torch and both modules side by side on
-    `inputs`. With `sync_margin` (a CPU target timed here), a static model whose tuned module
+    (other sizes of a dynamic model) and `check_only` (sizes checked, not timed: a
+    dispatcher's branch ends); time torch and both modules side by side on `inputs` and
+    at every size of `checks`. With `sync_margin` (a CPU target timed here), a static model whose tuned module
     is small is also timed on IREE's local-sync device, which is taken if it is faster by
     that factor."""
     in_paths = save_inputs(inputs, out_dir)
@@ -308,7 +310,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                                    expected, in_paths, refs, mags, flags)
         max_err = max(max_err, err)
     check_paths = []
-    for i, (label, xs) in enumerate(checks):
+    for i, (label, xs) in enumerate([*checks, *check_only]):
         d = out_dir / f"check{i}"
         paths = save_inputs(xs, d)
         check_paths.append(paths)
@@ -328,18 +330,20 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     if tools.emulated:  # checked under qemu: emulated time says nothing of the device
         nan = math.nan
         return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
-                        tuple(label for label, _ in checks), differs, (), measured=False,
+                        tuple(label for label, _ in [*checks, *check_only]), differs, (),
+                        measured=False,
                         tuned_is_default=same)
     # A dynamic model's example is one size of many (all count alike in `speedup`): timed
     # as each further size is (at full length it was 14 of the dynamic MLP's 60 s here).
     at_size, size_rounds = size_timing(cfg), min(SIZE_ROUNDS, rounds)
-    tm = timers(inputs, in_paths, at_size) if checks else timers(inputs, in_paths)
+    dynamic = bool(checks or check_only)
+    tm = timers(inputs, in_paths, at_size) if dynamic else timers(inputs, in_paths)
     sync = replace(cfg, device=SYNC_DEVICE)
     probe = tuned_vmfb  # (IREE's default module when `same`)
-    if sync_margin is not None and not checks and not cfg.device and \
+    if sync_margin is not None and not dynamic and not cfg.device and \
             lower_quartile(module_times(tools, probe, in_paths, cfg)) < SYNC_PROBE_S:
         tm["sync"] = lambda: module_times(tools, probe, in_paths, sync)
-    t = interleaved(tm, size_rounds if checks else rounds)
+    t = interleaved(tm, size_rounds if dynamic else rounds)
     device, task_s = "", math.nan
     tuned_s = lower_quartile(t.get("tuned", t["default"]))
     if "sync" in t and lower_quartile(t["sync"]) * sync_margin < tuned_s:
@@ -355,5 +359,5 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
                     tuple(sorted(applied)), max_err,
-                    tuple(label for label, _ in checks), differs, tuple(by_size),
-                    device=device, tuned_task_s=task_s, tuned_is_default=same)
+                    tuple(label for label, _ in [*checks, *check_only]), differs,
+                    tuple(by_size), device=device, tuned_task_s=task_s, tuned_is_default=same)
