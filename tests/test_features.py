@@ -96,3 +96,23 @@ def test_memoized_facts_are_shared_and_immutable():
     twin = matmul_program(ops, sk, (2, 2, 4), (1, 3, 8), (8, 1))
     assert twin == prog and twin.key == prog.key and not twin.memo
     assert np.array_equal(first, program_features(ops, twin))
+
+
+def test_rows_of_other_ops_are_shared_across_programs_unchanged():
+    """A task's rows of ops other than the root are cached across programs (the search
+    computes thousands per proposal): every program's matrix is the same as computed alone,
+    and the cache is hit."""
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    for name in ("linear_const.mlir", "softmax_scale.mlir", "conv_nhwc_map_store.mlir"):
+        ops = ops_of((data / name).read_text())
+        sks = generate_sketches(ops, default_cpu_rules())
+        assert len(ops) > 1
+        rng, seen, others = random.Random(1), {}, 0
+        for i in range(300):
+            p = annotate(ops, sks[i % len(sks)], rng)
+            assert np.array_equal(program_features(ops, p, rows_seen=seen),
+                                  program_features(ops, p)), (name, p.key)
+            others += sum(1 for op in ops if op.name != p.sketch.root)
+        assert 0 < len(seen) < others / 2, (name, len(seen), others)

@@ -135,6 +135,7 @@ class CostModel:
         self.tasks: dict[str, Workload] = {}
         self.rng = np.random.default_rng(cfg.seed)
         self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._rows: dict[str, dict] = {}  # per task: rows of ops other than the root
         self._adapt: dict[tuple[str, str], float] = {}
         self._fitted_on = -1  # results (of known tasks) at the last fit; -1 = never fit
         self.train_s = 0.0  # wall time spent fitting (the report's "train")
@@ -146,7 +147,8 @@ class CostModel:
         key = (task.key, program.key)
         f = self._cache.get(key)
         if f is None:
-            f = program_features(task.ops, program)
+            f = program_features(task.ops, program,
+                                 rows_seen=self._rows.setdefault(task.key, {}))
             self._cache[key] = f
         return f
 
