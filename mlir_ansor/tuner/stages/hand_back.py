@@ -283,6 +283,7 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
             label = ", ".join(f"{s}={v}" for s, v in sizes.items())
             (checks if i < len(sets) else ends).append(
                 (label, m.dynamic.inputs_at(m.inputs, sizes, seed=i)))
+    builds_alone: bool | None = None  # the form without any strategy of ours builds
     for attempt in range(len(ex.entries) + 1):  # each failed try drops a strategy or more
         mine = ex.mine(m.name)
         library = write_library(m.dir / LIBRARY, mine)
@@ -336,7 +337,9 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
                     except CompileError:
                         return True
 
-                if fails([]):
+                if builds_alone is None:  # (the same form each attempt: probed once)
+                    builds_alone = not fails([])
+                if not builds_alone:
                     # The form fails with no strategy of ours (IREE's own codegen, e.g. on
                     # a dispatch that took in a pad): bisecting would blame an innocent one.
                     raise CompileError(f"{m.name} fails to build or check in this form "
