@@ -323,6 +323,19 @@ def test_interleaved_rounds_alternate_the_order():
     assert t == {"a": [1.0] * 3, "b": [2.0, 3.0] * 3}
 
 
+def test_a_timer_far_behind_leaves_the_race_after_the_settling_rounds():
+    from mlir_ansor.tuner.e2e import interleaved
+    from mlir_ansor.tuner.measure import FAR_BEHIND
+
+    timers = {"tuned": lambda: [1.0, 1.1], "close": lambda: [1.3, 1.4],
+              "default": lambda: [FAR_BEHIND * 1.1 + 0.1]}
+    t = interleaved(timers, 6, settle=3)
+    assert len(t["default"]) == 3  # over 1.5x the tuned module's slowest: out after 3
+    assert len(t["tuned"]) == len(t["close"]) == 12
+    assert {k: len(v) for k, v in interleaved(timers, 6).items()} == \
+        {"tuned": 12, "close": 12, "default": 6}  # (no settling: every round)
+
+
 def _interpolation_flow(tools, tmp_path) -> str:
     import torch
 

@@ -15,8 +15,8 @@ from mlir_ansor.errors import (CompileError, DefaultModuleError, StrategiesFaile
                                StrategiesNotApplied)
 from mlir_ansor.tuner.builder import (failing_strategies, first_error_line,
                                      misplaced_branch_strategies)
-from mlir_ansor.tuner.measure import (MeasureConfig, applied_strategies, benchmark,
-                                      compile_module, lower_quartile, run_outputs)
+from mlir_ansor.tuner.measure import (FAR_BEHIND, MeasureConfig, applied_strategies,
+                                      benchmark, compile_module, lower_quartile, run_outputs)
 from mlir_ansor.tuner.toolchain import Toolchain
 from mlir_ansor.tuner.validation import outputs_match
 
@@ -63,6 +63,9 @@ GROSS_DIFFERENCE = 1e-2
 # 161 s), and these rows are the report's; tools/bench_dynamic.py times its own.
 SIZE_ROUNDS = 3
 SIZE_REPETITIONS = 3
+# A static model's modules are timed in `rounds` rounds; one far behind another after this
+# many leaves the race (`interleaved`).
+SETTLE_ROUNDS = 3
 
 
 def size_timing(cfg: MeasureConfig) -> MeasureConfig:
@@ -201,14 +204,21 @@ def torch_times(model, inputs: tuple, cfg: MeasureConfig) -> list[float]:
 
 
 def interleaved(timers: Mapping[str, Callable[[], list[float]]],
-                rounds: int) -> dict[str, list[float]]:
+                rounds: int, settle: int = 0) -> dict[str, list[float]]:
     """Each timer's pooled times over `rounds` rounds, all timers in every round, the order
-    alternating between rounds (a noisy machine's drift hits all alike)."""
+    alternating between rounds (a noisy machine's drift hits all alike). With `settle`,
+    after that many rounds a timer whose fastest time is FAR_BEHIND times another's slowest
+    leaves the race (its times are those of the rounds it ran): ResNet-50's IREE default
+    (about 1 s a call, 6 times the tuned module) took a minute of each model check's 11
+    rounds, and no decision turns on its exact latency."""
     times: dict[str, list[float]] = {k: [] for k in timers}
     order = list(timers)
     for r in range(rounds):
         for k in (order if r % 2 == 0 else order[::-1]):
             times[k] += timers[k]()
+        if settle and r + 1 >= settle:
+            slowest = min(max(times[k]) for k in order)
+            order = [k for k in order if min(times[k]) <= FAR_BEHIND * slowest]
     return times
 
 
@@ -343,7 +353,7 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     if sync_margin is not None and not dynamic and not cfg.device and \
             lower_quartile(module_times(tools, probe, in_paths, cfg)) < SYNC_PROBE_S:
         tm["sync"] = lambda: module_times(tools, probe, in_paths, sync)
-    t = interleaved(tm, size_rounds if dynamic else rounds)
+    t = interleaved(tm, size_rounds) if dynamic else interleaved(tm, rounds, SETTLE_ROUNDS)
     device, task_s = "", math.nan
     tuned_s = lower_quartile(t.get("tuned", t["default"]))
     if "sync" in t and lower_quartile(t["sync"]) * sync_margin < tuned_s:
