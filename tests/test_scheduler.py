@@ -135,18 +135,3 @@ def test_cli_objectives_see_each_model_with_its_own_weights():
     assert objective(state)(g) == pytest.approx(3.0 + 3.0)  # both under the requirement
     # f3: defaults A = 2*1 + 1*2 = 4 s, B = 2*2 = 4 s: both 2x faster -> -2
     assert f("f3") == pytest.approx(-2.0)
-
-
-def test_a_task_without_a_default_timing_starts_at_its_flops_not_a_placeholder():
-    from types import SimpleNamespace as T
-
-    from mlir_ansor.tuner.stages.searching import starting_latencies
-
-    tasks = [T(key="a", flops=1e9), T(key="b", flops=2e9), T(key="c", flops=3e9)]
-    got = starting_latencies(tasks, {"a": 0.01, "b": 0.04, "c": None}, {})
-    # Median rate of a and b: 7.5e10 FLOP/s; c is estimated at that rate.
-    assert got == pytest.approx({"a": 0.01, "b": 0.04, "c": 0.04})
-    assert starting_latencies(tasks, {"a": 0.01, "b": 0.04}, {"c": 0.02, "a": 0.005}) == \
-        pytest.approx({"a": 0.005, "b": 0.04, "c": 0.02})
-    # Nothing timed: every task alike.
-    assert starting_latencies(tasks, {}, {}) == {"a": 1.0, "b": 1.0, "c": 1.0}

@@ -12,11 +12,9 @@ saved or shipped model (`--cost-model`) and saved to cost_model.json at the end.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import xgboost as xgb
 
@@ -89,24 +87,6 @@ def objective(state: RunState):
     return geomean_speedup(per_model, reference)
 
 
-def starting_latencies(tasks: Sequence[Task], defaults: Mapping[str, float | None],
-                       cap: Mapping[str, float]) -> dict[str, float]:
-    """The scheduler's latency per task before its first measurement: IREE's default (at
-    most `cap`: what an alternative form's site replaces). A task with no default timing
-    (its default build could not be timed) is estimated from its FLOPs at the median rate
-    of the tasks that have one: a fixed placeholder (it was 1 s, hundreds of times a
-    conv's) put such tasks first in the warm-up, which goes by share of the objective."""
-    known = [(t.flops, defaults[t.key]) for t in tasks if defaults.get(t.key)]
-    rates = [f / s for f, s in known if f > 0]
-    rate = statistics.median(rates) if rates else None
-    typical = statistics.median(s for _, s in known) if known else 1.0
-    out = {}
-    for t in tasks:
-        s = defaults.get(t.key) or (t.flops / rate if rate and t.flops > 0 else typical)
-        out[t.key] = min(s, cap.get(t.key, math.inf))
-    return out
-
-
 def search(state: RunState) -> RunState:
     opts, tunable = state.opts, state.tunable
     records, store = load_records(state)
@@ -131,7 +111,7 @@ def search(state: RunState) -> RunState:
     early = opts.early_stop or (3 if opts.objective == "f4" else 0)
     scheduler = TaskScheduler(
         keys, {k: by_key[k].flops for k in keys}, {k: loop_signature(by_key[k]) for k in keys},
-        starting_latencies(tunable, state.defaults, cap),
+        {k: min(state.defaults.get(k) or 1.0, cap.get(k, math.inf)) for k in keys},
         objective(state), SchedulerConfig(strategy=opts.scheduler, seed=opts.seed,
                                           early_stop=early))
     base, model_note = starting_model(state)
