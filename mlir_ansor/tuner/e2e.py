@@ -296,8 +296,8 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     tiling); check both against torch, on `inputs` and on every (label, inputs) of `checks`
     (other sizes of a dynamic model) and `check_only` (sizes checked, not timed: a
     dispatcher's branch ends); time torch and both modules side by side on `inputs` and
-    at every size of `checks`. With `sync_margin` (a CPU target timed here), a static model whose tuned module
-    is small is also timed on IREE's local-sync device, which is taken if it is faster by
+    at every size of `checks`. With `sync_margin` (a CPU target timed here), a static
+    model whose tuned module is small is also timed on IREE's local-sync device, which is taken if it is faster by
     that factor."""
     in_paths = save_inputs(inputs, out_dir)
     default_vmfb = out_dir / "default.vmfb"
@@ -319,8 +319,10 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
         applied, err = check_tuned(tools, tuned_mlir or model_mlir, library, tuned_vmfb, cfg,
                                    expected, in_paths, refs, mags, flags)
         max_err = max(max_err, err)
+    checked = [*checks, *check_only]
+    labels = tuple(label for label, _ in checked)
     check_paths = []
-    for i, (label, xs) in enumerate([*checks, *check_only]):
+    for i, (label, xs) in enumerate(checked):
         d = out_dir / f"check{i}"
         paths = save_inputs(xs, d)
         check_paths.append(paths)
@@ -339,14 +341,13 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
 
     if tools.emulated:  # checked under qemu: emulated time says nothing of the device
         nan = math.nan
-        return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err,
-                        tuple(label for label, _ in [*checks, *check_only]), differs, (),
+        return EndToEnd(nan, nan, nan, tuple(sorted(applied)), max_err, labels, differs, (),
                         measured=False,
                         tuned_is_default=same)
     # A dynamic model's example is one size of many (all count alike in `speedup`): timed
     # as each further size is (at full length it was 14 of the dynamic MLP's 60 s here).
     at_size, size_rounds = size_timing(cfg), min(SIZE_ROUNDS, rounds)
-    dynamic = bool(checks or check_only)
+    dynamic = bool(checked)
     tm = timers(inputs, in_paths, at_size) if dynamic else timers(inputs, in_paths)
     sync = replace(cfg, device=SYNC_DEVICE)
     probe = tuned_vmfb  # (IREE's default module when `same`)
@@ -369,5 +370,4 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
                     tuple(sorted(applied)), max_err,
-                    tuple(label for label, _ in [*checks, *check_only]), differs,
-                    tuple(by_size), device=device, tuned_task_s=task_s, tuned_is_default=same)
+                    labels, differs, tuple(by_size), device=device, tuned_task_s=task_s, tuned_is_default=same)
