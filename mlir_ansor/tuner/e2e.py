@@ -297,8 +297,8 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
     (other sizes of a dynamic model) and `check_only` (sizes checked, not timed: a
     dispatcher's branch ends); time torch and both modules side by side on `inputs` and
     at every size of `checks`. With `sync_margin` (a CPU target timed here), a static
-    model whose tuned module is small is also timed on IREE's local-sync device, which is taken if it is faster by
-    that factor."""
+    model whose tuned module is small is also timed on IREE's local-sync device, which is
+    taken if it is faster by that factor."""
     in_paths = save_inputs(inputs, out_dir)
     default_vmfb = out_dir / "default.vmfb"
     tuned_vmfb = out_dir / "tuned.vmfb"
@@ -370,4 +370,5 @@ def end_to_end(tools: Toolchain, model, inputs: tuple, model_mlir: Path, library
                         lower_quartile(ts.get("tuned", ts["default"]))))
     return EndToEnd(lower_quartile(t["torch"]), lower_quartile(t["default"]), tuned_s,
                     tuple(sorted(applied)), max_err,
-                    labels, differs, tuple(by_size), device=device, tuned_task_s=task_s, tuned_is_default=same)
+                    labels, differs, tuple(by_size), device=device, tuned_task_s=task_s,
+                    tuned_is_default=same)
