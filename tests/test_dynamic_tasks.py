@@ -318,3 +318,49 @@ def test_a_layer_norm_over_dynamic_rows_takes_k_rows_per_workgroup(tools, tmp_pa
             progs.append(p)
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 2, [r.error[:300] for r in recs]
+
+
+# A dispatch of a small-size branch as IREE forms it: the branch padded its rows to 1 and
+# cast the buffer back to `?`; IREE folded the cast into a 1x1x1 binding read as 1x?x1.
+_BRANCH_DISPATCH = """
+func.func @d(%arg0: !iree_tensor_ext.dispatch.tensor<readonly:tensor<1x1x1xf32>>,
+             %arg1: !iree_tensor_ext.dispatch.tensor<readonly:tensor<?x8xf32>>, %arg2: index,
+             %arg3: !iree_tensor_ext.dispatch.tensor<writeonly:tensor<?x8xf32>>) {
+  %0 = iree_tensor_ext.dispatch.workload.ordinal %arg2, 0 : index
+  %1 = flow.dispatch.tie_shape %arg1 : !iree_tensor_ext.dispatch.tensor<readonly:tensor<?x8xf32>>{%0}
+  %2 = flow.dispatch.tie_shape %arg3 : !iree_tensor_ext.dispatch.tensor<writeonly:tensor<?x8xf32>>{%0}
+  %3 = iree_tensor_ext.dispatch.tensor.load %1, offsets = [0, 0], sizes = [%0, 8], strides = [1, 1] : !iree_tensor_ext.dispatch.tensor<readonly:tensor<?x8xf32>>{%0} -> tensor<?x8xf32>
+  %4 = iree_tensor_ext.dispatch.tensor.load %arg0, offsets = [0, 0, 0], sizes = [1, %0, 1], strides = [1, 1, 1] : !iree_tensor_ext.dispatch.tensor<readonly:tensor<1x1x1xf32>> -> tensor<?xf32>
+  %5 = tensor.empty(%0) : tensor<?x8xf32>
+  %6 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%3, %4 : tensor<?x8xf32>, tensor<?xf32>) outs(%5 : tensor<?x8xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %7 = arith.subf %in, %in_0 : f32
+    linalg.yield %7 : f32
+  } -> tensor<?x8xf32>
+  iree_tensor_ext.dispatch.tensor.store %6, %2, offsets = [0, 0], sizes = [%0, 8], strides = [1, 1] : tensor<?x8xf32> -> !iree_tensor_ext.dispatch.tensor<writeonly:tensor<?x8xf32>>{%0}
+  return
+}
+"""
+
+
+def test_a_dispatch_reading_a_small_buffer_is_measured_only_where_it_fits():
+    from iree.compiler import ir
+
+    from mlir_ansor.dialect_helpers.dispatch import to_task_function, walk_ops
+    from mlir_ansor.dialect_helpers.dynamic_sizes import SizeExpr
+    from mlir_ansor.tuner.stages.task_forming import with_samples
+    from mlir_ansor.tuner.tasks import Task
+
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(_BRANCH_DISPATCH)
+        d = to_task_function(walk_ops(module.operation, "func.func")[0])
+    # The 1x1x1 buffer bounds the rows' ordinal; the `?x8` buffers bound nothing.
+    assert d.ordinal_bounds == ((0, 1),)
+    rows = SizeExpr("input", (0, 0))
+    task = Task("t0", "d", "k", 1, d.task_mlir, "", (), (), size_exprs=((1, 0, rows),),
+                ordinal_exprs=(rows,), ordinal_bounds=d.ordinal_bounds)
+    at = [SizeSample((((0, 0), n),)) for n in (1, 5, 109)]
+    assert with_samples(task, tuple(at)).samples == (at[0],)
+    left = with_samples(task, tuple(at[1:]))
+    assert not left.tunable and "smaller than every size sample" in left.skip_reason

@@ -9,6 +9,7 @@ and what the exported library's matcher compares against a payload.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from iree.compiler import ir
@@ -37,6 +38,10 @@ class DispatchFunc:
     # Per `?` of an argument: (argument, dim, workload ordinal of its size); equal ordinals
     # are equal sizes.
     dynamic_dims: tuple[tuple[int, int, int], ...] = ()
+    # (workload ordinal, the most it can be): a dynamic slice of a binding whose type is
+    # static there (IREE folded a cast: a branch that only runs for small sizes reads a
+    # 1x1x1 buffer as 1x?x1). Larger sizes would read past the buffer.
+    ordinal_bounds: tuple[tuple[int, int], ...] = ()
 
 
 def walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
@@ -289,6 +294,38 @@ def _dynamic_result_sizes(load: ir.Operation) -> list[tuple[int, ir.Value]]:
     return list(zip(dyn, sizes))
 
 
+def _static_shape(t: ir.Type) -> list[int | None] | None:
+    """The shape of a dispatch tensor type (None per `?`), None if it is no tensor."""
+    m = re.search(r"tensor<((?:[\d?]+x)+)\w", str(t))  # (not the dispatch.tensor<...)
+    return None if m is None else [None if d == "?" else int(d)
+                                   for d in m.group(1).split("x")[:-1]]
+
+
+def _ordinal_bounds(func: ir.Operation, ordinals: list[tuple[ir.Value, int]]
+                    ) -> tuple[tuple[int, int], ...]:
+    """(ordinal, most) for every workload ordinal that sizes a slice of a binding whose
+    extent there is static (`DispatchFunc.ordinal_bounds`); flow-level loads and stores."""
+    bounds: dict[int, int] = {}
+    for kind, sizes_at, buf_at in ((_LOADS[0], 3, 0), (_STORES[0], 4, 1)):
+        for op in walk_ops(func, kind):
+            shape = _static_shape(op.operands[buf_at].type)
+            if shape is None:
+                continue
+            static = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+            offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+            dyn = iter(_segments(op)[sizes_at])
+            for d, n in enumerate(static):
+                if n != ir.ShapedType.get_dynamic_size():
+                    continue
+                size = next(dyn)
+                k = next((k for v, k in ordinals if v == size), None)
+                if k is None or d >= len(shape) or shape[d] is None or \
+                        offsets[d] == ir.ShapedType.get_dynamic_size():
+                    continue
+                bounds[k] = min(bounds.get(k, shape[d]), shape[d] - offsets[d])
+    return tuple(sorted(bounds.items()))
+
+
 def _to_task_function(func: ir.Operation) -> DispatchFunc:
     name = ir.StringAttr(func.attributes["sym_name"]).value
     if walk_ops(func, "hal.interface.constant.load") and not walk_ops(func, _ORDINAL):
@@ -296,6 +333,7 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
                                   "size: left to IREE's default codegen")
     ordinals = [(o.results[0], ir.IntegerAttr(o.attributes["ordinal"]).value)
                 for o in walk_ops(func, _ORDINAL)]
+    bounds = _ordinal_bounds(func, ordinals)
     block = func.regions[0].blocks[0]
     n_orig_args = len(block.arguments)  # flow-level dispatches take dispatch tensors as args
     ops = list(block.operations)
@@ -371,4 +409,5 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         input_types=tuple(str(t) for t in in_types),
         output_types=tuple(str(t) for t in out_types),
         dynamic_dims=tuple(dynamic),
+        ordinal_bounds=bounds,
     )

@@ -72,6 +72,8 @@ class Task:
     dynamic_dims: tuple[tuple[int, int, int], ...] = ()
     # The sizes it is measured at (joint objective) and the one its ops are read at.
     samples: tuple[SizeSample, ...] = ()
+    # (workload ordinal, its largest valid size): `DispatchFunc.ordinal_bounds`.
+    ordinal_bounds: tuple[tuple[int, int], ...] = ()
 
     @property
     def flops(self) -> int:
@@ -91,6 +93,11 @@ class Task:
 
     def ordinal_sizes(self, sample: "SizeSample") -> dict[int, int]:
         return {k: e.evaluate(sample.dims) for k, e in enumerate(self.ordinal_exprs)}
+
+    def runs_at(self, sample: "SizeSample") -> bool:
+        """Whether the dispatch can run at `sample`: no workload size over its bound."""
+        sizes = self.ordinal_sizes(sample)
+        return all(k not in sizes or sizes[k] <= most for k, most in self.ordinal_bounds)
 
     @property
     def tunable(self) -> bool:
@@ -157,7 +164,8 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
                     module_mlir=d.module_mlir, input_types=d.input_types,
                     output_types=d.output_types, skip_reason=d.skip_reason, target=target,
                     size_exprs=d.size_exprs, ordinal_exprs=d.ordinal_exprs,
-                    dynamic_dims=d.pattern.dynamic_dims if d.pattern else ())
+                    dynamic_dims=d.pattern.dynamic_dims if d.pattern else (),
+                    ordinal_bounds=d.pattern.ordinal_bounds if d.pattern else ())
         tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
     return tasks
 

@@ -30,13 +30,20 @@ def merge_tasks(per_model: dict[str, list[Task]]) -> tuple[list[Task], dict[str,
 
 def with_samples(task: Task, samples: tuple[SizeSample, ...]) -> Task:
     """A dynamic task with its model's size samples (`ModelIn.samples`); a dynamic task of
-    a model without --dynamic ranges is left to IREE."""
+    a model without --dynamic ranges is left to IREE. Only the samples the dispatch can run
+    at (`Task.runs_at`: a dispatch of a small-size branch reads buffers as large as its
+    branch's top) are kept."""
     if not task.dynamic or not task.tunable:
         return task
     if not samples:
         return replace(task, skip_reason="dynamic shapes without --dynamic ranges: left to "
                                          "IREE's default codegen")
-    return replace(task, samples=samples)
+    runnable = tuple(s for s in samples if task.runs_at(s))
+    if not runnable:
+        return replace(task, skip_reason="its buffers are smaller than every size sample "
+                                         f"(workload bounds {dict(task.ordinal_bounds)}): "
+                                         "left to IREE's default codegen")
+    return replace(task, samples=runnable)
 
 
 def form_tasks(state: RunState) -> RunState:
