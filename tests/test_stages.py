@@ -247,3 +247,39 @@ def test_a_model_build_names_the_strategy_that_failed_in_it(tools, tmp_path):
     with pytest.raises(StrategiesFailed) as err:
         compile_model(tools, src, tmp_path / "m.vmfb", MeasureConfig(), lib)
     assert err.value.strategies == [bad] and "cannot vectorize" in str(err.value)
+
+
+def test_a_task_with_little_at_stake_re_times_only_its_best(monkeypatch):
+    """Re-timing costs the same per task whatever its share: a task under 1% of the model's
+    default time races its best program alone over two rounds; the others race the top k
+    over all rounds."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.tuner.measure import Remeasured
+    from mlir_ansor.tuner.stages import hand_back as hb
+
+    calls = {}
+
+    class FakeMeasurer:
+        def __init__(self, key):
+            self.key = key
+
+        def remeasure(self, programs, rounds, margin):
+            calls[self.key] = (list(programs), rounds)
+            return Remeasured(1.0, [0.5] * len(programs), {}, [{} for _ in programs])
+
+    monkeypatch.setattr(hb, "top_programs", lambda records, key, k: [f"{key}-p{i}"
+                                                                      for i in range(k)])
+    tasks = [SimpleNamespace(key=k, weight=w, dynamic=False)
+             for k, w in (("big", 4), ("small", 1), ("mid", 1))]
+    notes = []
+    state = SimpleNamespace(
+        records=[], context=SimpleNamespace(holds=lambda r: True), tunable=tasks,
+        measurers={t.key: FakeMeasurer(t.key) for t in tasks},
+        defaults={"big": 1.0, "small": 0.03, "mid": 0.2},  # shares 95.8%, 0.7%, 4.8%
+        opts=SimpleNamespace(top_k=3, retime_rounds=4, min_speedup=1.05),
+        report=notes.append)
+    best, _ = hb.retime_best(state)
+    assert calls == {"big": (["big-p0", "big-p1", "big-p2"], 4), "small": (["small-p0"], 2),
+                     "mid": (["mid-p0", "mid-p1", "mid-p2"], 4)}
+    assert set(best) == {"big", "small", "mid"} and "1 tasks under 1%" in notes[0].text

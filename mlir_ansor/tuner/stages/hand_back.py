@@ -61,20 +61,45 @@ def find_culprit(entries: Sequence[T], fails: Callable[[Sequence[T]], bool]) -> 
     return cands[0] if cands else None
 
 
+# A task under this share of the model's time (IREE's default, weighted by calls) has
+# little at stake: only its best program races the default, over two rounds (about a
+# quarter of the full re-time; BERT's six small dispatches took 4/5 of it).
+LOW_STAKE_SHARE = 0.01
+LOW_STAKE_ROUNDS = 2
+
+
+def low_stake(state: RunState) -> set[str]:
+    """Keys of the tunable tasks under LOW_STAKE_SHARE of the model's default time."""
+    cost = {t.key: t.weight * state.defaults[t.key] for t in state.tunable
+            if state.defaults.get(t.key)}
+    total = sum(cost.values())
+    return {k for k, c in cost.items() if total and c < LOW_STAKE_SHARE * total}
+
+
 def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]],
                                            dict[str, SizeTimes]]:
     """Task key -> (default s, best s, best program) re-measured side by side; and for a
     dynamic task, the default and every candidate at each size sample (the dispatcher's
-    choice)."""
+    choice). A low-stake task (`low_stake`) re-times its best program only."""
     out, at = {}, {}
     here = [r for r in state.records if state.context.holds(r)]
     elsewhere = [r for r in state.records if not state.context.holds(r)]
+    small = low_stake(state)
+    if small:
+        state.report(Note(f"{len(small)} tasks under {LOW_STAKE_SHARE:.0%} of the model's "
+                          f"time each: only their best program is re-timed, over "
+                          f"{LOW_STAKE_ROUNDS} rounds"))
     for t in state.tunable:
         # This run's best, and the best measured elsewhere (timings of another device do
         # not rank against ours: both are measured again side by side).
-        top = top_programs(here, t.key, state.opts.top_k)
-        top += [p for p in top_programs(elsewhere, t.key, state.opts.top_k) if p not in top]
-        res = (state.measurers[t.key].remeasure(top, rounds=state.opts.retime_rounds,
+        k = state.opts.top_k
+        top = top_programs(here, t.key, k)
+        top += [p for p in top_programs(elsewhere, t.key, k) if p not in top]
+        if t.key in small:
+            top = top[:1]
+        rounds = min(LOW_STAKE_ROUNDS, state.opts.retime_rounds) if t.key in small \
+            else state.opts.retime_rounds
+        res = (state.measurers[t.key].remeasure(top, rounds=rounds,
                                                     margin=state.opts.min_speedup)
                if top else None)
         if res is None:
