@@ -95,8 +95,17 @@ def test_candidates_are_validated_and_timed_at_every_size(dyn_tasks, tools):
     assert [p.label for p in m.points] == ["1", "37", "256"]
     rng = random.Random(5)
     progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)]
+    runs, runner = [], m.runner
+
+    class Recording:  # the three sizes share one candidate's timing budget
+        def run(self, item):
+            runs.append(item)
+            return runner.run(item)
+
+    m.runner = Recording()
     recs = m.measure(progs)
     assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    assert runs and {r.timing_share for r in runs if r.time} == {pytest.approx(1 / 3)}
     for r in recs:
         assert set(r.by_size) == {"1", "37", "256"}
         assert r.latency_s == pytest.approx(sum(r.by_size.values()) / 3)
@@ -364,3 +373,27 @@ def test_a_dispatch_reading_a_small_buffer_is_measured_only_where_it_fits():
     assert with_samples(task, tuple(at)).samples == (at[0],)
     left = with_samples(task, tuple(at[1:]))
     assert not left.tunable and "smaller than every size sample" in left.skip_reason
+
+
+def test_a_run_times_for_its_share_of_the_budget(monkeypatch, tmp_path):
+    import json
+
+    from mlir_ansor.tuner import runner as rn
+    from mlir_ansor.tuner.procs import ProcResult
+
+    cmds = []
+
+    def fake(cmd, timeout_s, mem_bytes):
+        cmds.append(cmd)
+        out = {"benchmarks": [{"run_type": "iteration", "real_time": 2.0, "time_unit": "us"}]}
+        return ProcResult(0, json.dumps(out), "", False)
+
+    monkeypatch.setattr(rn, "run_isolated", fake)
+    r = rn.LocalRunner("run", "bench", timing=rn.Timing(5, 0.05, 0.1))
+    for share in (1.0, 0.2):
+        res = r.run(rn.RunInput(tmp_path / "m.vmfb", (), timing_share=share))
+        assert res.latency_s == pytest.approx(2e-6)
+    mins = [next(a for a in c if a.startswith("--benchmark_min_time=")) for c in cmds]
+    warm = [next(a for a in c if a.startswith("--benchmark_min_warmup_time=")) for c in cmds]
+    assert mins == ["--benchmark_min_time=0.05s", "--benchmark_min_time=0.01s"]
+    assert warm == ["--benchmark_min_warmup_time=0.1"] * 2  # the warm-up is not split

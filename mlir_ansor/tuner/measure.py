@@ -385,8 +385,13 @@ class TaskMeasurer:
 
     def run_input(self, artifact: Path, point: Point, time: bool = True,
                   slow_cutoff_s: float | None = None, validate: bool = True) -> RunInput:
+        """A run at `point`. The points of a dynamic task share one candidate's timing
+        budget (each times for 1/P of `min_time_s`): a candidate then costs about what a
+        static one does (5 sizes each at the full budget took BERT's search 2.75 s a
+        trial), and the weighted mean over the points averages their noise."""
         return RunInput(artifact, point.inputs, point.reference if validate else (),
-                        point.magnitude if validate else (), time, slow_cutoff_s)
+                        point.magnitude if validate else (), time, slow_cutoff_s,
+                        timing_share=1.0 / max(1, len(self.points)))
 
     def remeasure(self, programs: Sequence[Program], rounds: int = 4,
                   margin: float | None = None) -> Remeasured | None:

@@ -38,6 +38,9 @@ class RunInput:
     # Timed once when its first run is slower than this (its exact latency changes no
     # decision, and slow candidates would otherwise take most of the tuning time).
     slow_cutoff_s: float | None = None
+    # This run's part of the timing budget (`Timing.min_time_s` scaled by it; the warm-up
+    # is not): a dynamic task's size samples split one candidate's budget between them.
+    timing_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,12 @@ class LocalRunner:
         return RunResult(Status.WRONG_ANSWER, (), err) if err else RunResult(Status.OK)
 
     def benchmark(self, artifact: Path, inputs: Sequence[Path],
-                  quick: bool = False) -> RunResult:
-        """`timing.repetitions` timed repetitions (each at least `timing.min_time_s`);
-        `quick`: one repetition of one iteration."""
+                  quick: bool = False, share: float = 1.0) -> RunResult:
+        """`timing.repetitions` timed repetitions (each at least `timing.min_time_s` x
+        `share`); `quick`: one repetition of one iteration."""
         t = self.timing
-        reps, min_time = (1, "1x") if quick else (t.repetitions, f"{t.min_time_s}s")
+        reps, min_time = (1, "1x") if quick else (t.repetitions,
+                                                  f"{t.min_time_s * share:.6g}s")
         cmd = [*self.launcher, self.benchmark_tool, f"--module={artifact}", "--function=main",
                *self._device_flags,
                *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
@@ -154,7 +158,7 @@ class LocalRunner:
             first = self.benchmark(item.artifact, item.inputs, quick=True)
             if first.status != Status.OK or first.samples_s[0] > item.slow_cutoff_s:
                 return first
-        return self.benchmark(item.artifact, item.inputs)
+        return self.benchmark(item.artifact, item.inputs, share=item.timing_share)
 
 
 def asm_dir(artifact: Path) -> Path:
