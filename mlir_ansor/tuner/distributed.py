@@ -177,7 +177,7 @@ class _DeviceActor:
 
         return self.runner.run(RunInput(self.dir / Path(item.artifact).name, here(item.inputs),
                                         here(item.reference), here(item.magnitude), item.time,
-                                        item.slow_cutoff_s))
+                                        item.slow_cutoff_s, item.timing_share))
 
 
 def _flat_names(item: RunInput) -> tuple[RunInput, dict[str, bytes]]:

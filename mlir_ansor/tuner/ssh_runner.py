@@ -166,7 +166,8 @@ class SshRunner:
         if not item.time:
             return RunResult(Status.OK)
         return self._bench().time(RunInput(Path(module), tuple(map(Path, inputs)),
-                                           time=True, slow_cutoff_s=item.slow_cutoff_s))
+                                           time=True, slow_cutoff_s=item.slow_cutoff_s,
+                                           timing_share=item.timing_share))
 
     def _validate(self, module: str, inputs: list[str], item: RunInput) -> RunResult:
         outs = [f"{self.device.remote_dir}/out{i}.npy" for i in range(len(item.reference))]
