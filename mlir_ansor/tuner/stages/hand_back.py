@@ -92,13 +92,11 @@ def retime_best(state: RunState) -> tuple[dict[str, tuple[float, float, object]]
     for t in state.tunable:
         # This run's best, and the best measured elsewhere (timings of another device do
         # not rank against ours: both are measured again side by side).
-        k = state.opts.top_k
-        top = top_programs(here, t.key, k)
-        top += [p for p in top_programs(elsewhere, t.key, k) if p not in top]
+        top = top_programs(here, t.key, state.opts.top_k)
+        top += [p for p in top_programs(elsewhere, t.key, state.opts.top_k) if p not in top]
+        rounds = state.opts.retime_rounds
         if t.key in small:
-            top = top[:1]
-        rounds = min(LOW_STAKE_ROUNDS, state.opts.retime_rounds) if t.key in small \
-            else state.opts.retime_rounds
+            top, rounds = top[:1], min(LOW_STAKE_ROUNDS, rounds)
         res = (state.measurers[t.key].remeasure(top, rounds=rounds,
                                                     margin=state.opts.min_speedup)
                if top else None)
