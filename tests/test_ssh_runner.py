@@ -106,3 +106,23 @@ def test_tune_with_the_ssh_runner(device, tmp_path):
     assert len(recs) == 4 and sum(r["status"] == "ok" for r in recs) >= 2
     assert {r["device_kind"] for r in recs} == {host().device_kind}
     assert "ssh" in (out / "report.txt").read_text()
+
+
+def test_a_run_keeps_its_timing_share_on_the_device(monkeypatch, tmp_path):
+    """The runner rebuilds the run with the device's paths: a dynamic task's share of the
+    timing budget must survive that (it was dropped: every sample timed at the full one)."""
+    from mlir_ansor.tuner.runner import RunResult
+
+    timed = []
+
+    class Bench:
+        def time(self, item):
+            timed.append(item)
+            return RunResult(Status.OK, (1e-3,))
+
+    runner = SshRunner(SshDevice("nobody@127.0.0.1"))
+    monkeypatch.setattr(runner, "_send", lambda path, cache: f"/remote/{path.name}")
+    monkeypatch.setattr(runner, "_bench", lambda: Bench())
+    res = runner.run(RunInput(tmp_path / "m.vmfb", (tmp_path / "in0.npy",), timing_share=0.25))
+    assert res.status == Status.OK
+    assert [(str(i.artifact), i.timing_share) for i in timed] == [("/remote/m.vmfb", 0.25)]
