@@ -54,7 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="measurements in total (default 96)")
     p.add_argument("--target", default="llvm-cpu",
                    help="llvm-cpu (this machine, default), aarch64 (Neoverse N1: checked "
-                        "under qemu, ranked by llvm-mca; needs --allow-unmeasured), or a "
+                        "under qemu, ranked by llvm-mca, not timed), cuda[:sm_NN] (writes an "
+                        "offline batch for a GPU machine), or a "
                         "target name / JSON file (mlir_ansor/targets.py)")
     p.add_argument("--ray", default="", metavar="ADDRESS",
                    help="compile and measure on a Ray cluster (auto: the one this machine "
@@ -71,9 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="folder of iree-run-module and iree-benchmark-module on the ssh "
                         "device (default: its PATH)")
     p.add_argument("--allow-unmeasured", action="store_true",
-                   help="tune a target no runner here can time (another architecture): "
-                        "candidates are checked under qemu and ranked by the cost model and "
-                        "llvm-mca; the hand-back is marked unmeasured")
+                   help="hand back strategies that were ranked, not timed (a target of "
+                        "another architecture with no runner on it: checked under qemu, "
+                        "ranked by llvm-mca); without it IREE's default is handed back and "
+                        "the withheld strategies are listed")
     p.add_argument("--out", type=Path, default=Path("ansor_out"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=_positive_int, default=4,
@@ -168,12 +170,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _gpu_without_runner(args: argparse.Namespace) -> bool:
+    """A cuda target, and neither this machine nor a runner option can time it."""
+    from mlir_ansor.targets import TargetError, get_target, host
+
+    try:
+        target = get_target(args.target)
+    except TargetError:
+        return False  # the driver's check names the problem
+    return (target.backend == "cuda" and not args.ssh and not args.ray
+            and target.device_kind != host().device_kind)
+
+
+def _offline_batch(args: argparse.Namespace) -> None:
+    """`--target cuda` on a machine with no GPU: the first round of the search as an offline
+    batch (mlir_ansor/offline.py) to run where the GPU is, and what to do next."""
+    from mlir_ansor import offline
+
+    unsupported = [flag for flag, on in (
+        ("several models", len(args.model) > 1), ("--reuse", args.reuse),
+        ("--dynamic", args.dynamic), ("--allow-unmeasured", args.allow_unmeasured)) if on]
+    if unsupported:
+        raise UsageError(f"--target {args.target} with no GPU here writes an offline batch, "
+                         f"which does not take {', '.join(unsupported)}")
+    batch = offline.prepare(args.model[0], args.target, args.trials, args.out, args.seed)
+    print(f"--target {args.target}: no GPU runner on this machine, nothing is timed here: "
+          f"the search's first round is the offline batch {batch} (each candidate compiled "
+          "to PTX with its strategy applied). Run it where the GPU is; `python -m "
+          f"mlir_ansor.offline finish {args.out} --results FILE` then hands back "
+          "tuned_library.mlir and build.sh (`offline prepare ... --wheel WHL` carries an "
+          "IREE runtime wheel for the device's Python)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from mlir_ansor.tuner.driver import TuneOptions, run
     from mlir_ansor.tuner.procs import stop_children_on_signals
 
     stop_children_on_signals()
+    if _gpu_without_runner(args):
+        try:
+            _offline_batch(args)
+        except AnsorError as e:
+            return print_error(e)
+        return 0
     try:
         run(TuneOptions(  # the console reporter prints the result tables
             model=args.model[0], models=tuple(args.model), trials=args.trials,

@@ -23,6 +23,7 @@ from tests.conftest import QUICK_CLI, compiled_matmul, tune_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make"
+CONV = f"{ROOT / 'tests' / 'data' / 'small_mlp.py'}:make_conv"
 
 
 def _emulator() -> Emulator | None:
@@ -134,11 +135,15 @@ def test_proxy_runner_validates_under_qemu_and_rates_with_mca(tmp_path):
 
 @needs_qemu
 @needs_mca
-def test_tune_for_aarch64_checks_under_qemu_and_hands_back_unmeasured(tmp_path):
+def test_tune_for_aarch64_checks_under_qemu_and_withholds_unmeasured(tmp_path):
+    """Without a runner on the device, the run checks every candidate under qemu and ranks
+    by llvm-mca; IREE's default is handed back unless the user passes --allow-unmeasured,
+    and a rerun with it hands back exactly what was withheld, from the records alone."""
     out = tmp_path / "out"
-    res = tune_cli(MLP, "--target", "aarch64", "--allow-unmeasured", "--trials", "8",
-                   "--out", str(out), *QUICK_CLI, timeout=1500)
+    res = tune_cli(CONV, "--target", "aarch64", "--trials", "8", "--out", str(out),
+                   *QUICK_CLI, timeout=1500)
     assert res.returncode == 0, res.stderr[-2000:]
+    assert "never timed (UNMEASURED)" in res.stdout + res.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["unmeasured"] and report["device_kind"] == "aarch64-neon-mca"
     (e2e,) = report["e2e"].values()
@@ -149,12 +154,27 @@ def test_tune_for_aarch64_checks_under_qemu_and_hands_back_unmeasured(tmp_path):
     assert sum(r["status"] == "ok" for r in records) >= 4
     text = (out / "report.txt").read_text()
     assert "UNMEASURED" in text and "run under qemu" in text
+    withheld = [t["task"] for t in report["tasks"]
+                if t["status"].startswith("withheld: unmeasured")]
+    assert withheld and f"Withheld, unmeasured: {len(withheld)} strategies" in text
+    assert e2e["handed_back"] == "default" and not e2e["applied"]
+    assert not (out / "tuned_library.mlir").exists()
     build = (out / "build.sh").read_text()
     assert "--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu" in build
-    if e2e["handed_back"] == "tuned":  # the proxy ranked a strategy above IREE's default
-        assert e2e["applied"] and (out / "tuned_library.mlir").exists()
-        built = subprocess.run(["bash", str(out / "build.sh"), str(tmp_path / "re.vmfb")],
-                               capture_output=True, text=True,
-                               env={"PATH": "/usr/bin:/bin", "IREE_COMPILE":
-                                    Toolchain.find().compile})
-        assert built.returncode == 0, built.stderr[-1000:]
+
+    again = tmp_path / "again"
+    res = tune_cli(CONV, "--target", "aarch64", "--allow-unmeasured", "--trials", "0",
+                   "--reuse", str(out / "records.jsonl"), "--out", str(again), *QUICK_CLI,
+                   timeout=1500)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads((again / "report.json").read_text())
+    (e2e,) = report["e2e"].values()
+    assert [t["task"] for t in report["tasks"] if t["status"] == "tuned"] == withheld
+    assert e2e["handed_back"] == "tuned" and len(e2e["applied"]) == len(withheld)
+    assert e2e["max_abs_error"] < 1e-3
+    assert (again / "tuned_library.mlir").exists()
+    built = subprocess.run(["bash", str(again / "build.sh"), str(tmp_path / "re.vmfb")],
+                           capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "IREE_COMPILE":
+                                Toolchain.find().compile})
+    assert built.returncode == 0, built.stderr[-1000:]

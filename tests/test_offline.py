@@ -136,6 +136,21 @@ def test_cuda_batch_is_ptx_and_needs_a_gpu(tmp_path):
         ["model_default", "model_tuned"]
 
 
+def test_tune_for_cuda_without_a_gpu_writes_the_first_round_as_a_batch(tmp_path):
+    """`python -m mlir_ansor.tune --target cuda` here: nothing can be timed, so the run is the
+    search's first round as an offline batch of PTX modules, and the user is told so."""
+    from tests.conftest import tune_cli
+
+    out = tmp_path / "out"
+    res = tune_cli(MLP, "--target", "cuda", "--trials", "2", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "no GPU runner on this machine, nothing is timed here" in res.stdout
+    manifest = json.loads((out / "batch" / "manifest.json").read_text())
+    assert manifest["device"] == "cuda" and manifest["target"] == "cuda"
+    assert sum(i["program"] is not None for i in manifest["items"]) == 2
+    assert not (out / "records.jsonl").exists()  # no timing claimed
+
+
 def test_a_winning_candidate_is_handed_back(prepared, tmp_path):
     """Results in which one candidate beat IREE's default (its time halved in a copy of the
     device's results): finish keeps it, and the model built with the library has it applied

@@ -29,7 +29,7 @@ from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.ssh_runner import SshDevice, SshRunner
 from mlir_ansor.tuner.policies import POLICIES
 from mlir_ansor.tuner.records import Context, environment
-from mlir_ansor.tuner.reporters import ConsoleReporter, Reporter, StageStarted
+from mlir_ansor.tuner.reporters import ConsoleReporter, Note, Reporter, StageStarted
 from mlir_ansor.tuner.stages.hand_back import hand_back
 from mlir_ansor.tuner.stages.importing import import_models, load_models
 from mlir_ansor.tuner.stages.layout_choice import choose_layouts
@@ -131,7 +131,8 @@ class TuneOptions:
     size_samples: int = 5
     # A CPU of another architecture (aarch64 here) without a runner on that device:
     # candidates are checked under qemu and ranked by llvm-mca (tuner/mca.py), never
-    # timed; their strategies are handed back only when the user accepts that.
+    # timed; the proxy's picks are handed back only when the user accepts that (without
+    # it the run hands back IREE's default and the report lists what it withheld).
     allow_unmeasured: bool = False
     # A Ray cluster ("auto" or an address) that compiles (nodes with a `builder` resource)
     # and measures (an actor on a node offering the device kind as a resource); "": here.
@@ -220,12 +221,7 @@ class TuneOptions:
                                  f"{here.device_kind} machine, natively or under qemu, "
                                  "which cannot run that target")
         elif emulated(target):
-            if not self.allow_unmeasured:
-                raise UsageError(
-                    f"--target {self.target} ({target.device_kind}): no runner on that "
-                    f"hardware can be reached from this {here.device_kind} machine; "
-                    "candidates would be checked under qemu and ranked by llvm-mca, not "
-                    "timed: pass --allow-unmeasured to tune that way")
+            pass  # checked under qemu, ranked by llvm-mca; handed back per allow_unmeasured
         elif target.device_kind != here.device_kind:
             via = (f"; tune it through an offline batch: python -m mlir_ansor.offline "
                    f"prepare MODEL --target {self.target} ..." if target.backend == "cuda"
@@ -324,8 +320,15 @@ def start(opts: TuneOptions, reporter: Reporter | None = None) -> RunState:
         owns = connect(opts.ray)
         builder = RayBuilder.from_config(cfg, owns_connection=owns)
         runner = RayRunner.from_config(kind, cfg)
-    return RunState(opts, tools, cfg, Context(kind, environment()["iree"]),
-                    reporter or ConsoleReporter(), builder=builder, runner=runner)
+    state = RunState(opts, tools, cfg, Context(kind, environment()["iree"]),
+                     reporter or ConsoleReporter(), builder=builder, runner=runner)
+    if state.proxied:
+        state.report(Note(
+            f"no runner on {target.device_kind} hardware: candidates are checked under qemu "
+            "and ranked by llvm-mca, never timed (UNMEASURED); the proxy's strategies are "
+            + ("handed back (--allow-unmeasured)" if opts.allow_unmeasured else
+               "not handed back without --allow-unmeasured")))
+    return state
 
 
 def run(opts: TuneOptions, factory: Callable[[], tuple] | None = None,

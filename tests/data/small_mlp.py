@@ -45,3 +45,20 @@ class GeluMlp(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+class SmallConv(torch.nn.Module):
+    """A 3x3 conv + ReLU in NCHW (one conv task; IREE's aarch64 default for it is far from
+    the NEON peak, so the llvm-mca proxy ranks tuned programs above it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def make_conv():
+    torch.manual_seed(2)
+    return SmallConv().eval(), (torch.randn(1, 16, 14, 14),)

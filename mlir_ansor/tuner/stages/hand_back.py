@@ -542,6 +542,17 @@ def hand_back(state: RunState) -> RunState:
     timed = {k: (d, b) for k, (d, b, _) in best.items()}
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
+    if state.proxied and not opts.allow_unmeasured and winners:
+        # Ranked by llvm-mca, never timed: IREE's default is handed back unless the user
+        # accepts unmeasured strategies (the records keep them for a later --reuse).
+        state.report(Note(
+            f"{len(winners)} strategies the llvm-mca proxy ranks above IREE's default are "
+            f"withheld (unmeasured): tasks {', '.join(sorted(winners))}; rerun with "
+            f"--allow-unmeasured --reuse {state.out / 'records.jsonl'} to hand them back"))
+        state = replace(state, notes=state.notes + (
+            f"Withheld, unmeasured: {len(winners)} strategies ranked above IREE's default by "
+            "llvm-mca (no runner on the device); --allow-unmeasured hands them back",))
+        winners = {}
     plans: dict[str, SizePlan] = {}
     single = dict(timed)  # one kernel per task over every size
     for m in state.models:
