@@ -34,8 +34,12 @@ def trials_per_minute(out: Path) -> float:
 
 def tune(model: str, trials: int, out: Path, ray_address: str = "") -> tuple[float, float]:
     start = time.monotonic()
-    run(TuneOptions(model=model, trials=trials, out=out, ray=ray_address, top_k=1),
-        reporter=Silent())
+    # Data tiling off: it would hand a matmul to IREE's mmt4d kernels with no trial measured
+    # (this measures the search's throughput, not the layout choice).
+    run(TuneOptions(model=model, trials=trials, out=out, ray=ray_address, top_k=1,
+                    data_tiling="off"), reporter=Silent())
+    if not (out / "records.jsonl").exists():
+        raise SystemExit(f"{model}: the run measured no trial (see {out}/report.txt)")
     return trials_per_minute(out), time.monotonic() - start
 
 
