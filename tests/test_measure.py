@@ -425,3 +425,34 @@ def test_a_program_kept_again_keeps_its_module(mm_measurer, tmp_path, monkeypatc
     mm_measurer._keep("A", 3.0, files["a"])
     assert {k: v[0] for k, v in mm_measurer.kept.items()} == {"A": 3.0, "B": 2.0}
     assert all(path.exists() for _, path in mm_measurer.kept.values())
+
+
+def test_outputs_are_checked_in_the_compile_slots_before_any_timing(mm_measurer,
+                                                                     monkeypatch):
+    """With a local builder and runner, each candidate's output check runs in the compile
+    worker that built it, as its build ends (overlapping the compiles still going on); the
+    timing runs come after every build, on the caller's thread, and do not check again."""
+    import threading
+    from dataclasses import dataclass, fields
+
+    log = []
+
+    @dataclass(frozen=True)
+    class Logged(M.LocalRunner):
+        def run(self, item):
+            log.append(("check" if item.reference else "time",
+                        threading.current_thread() is threading.main_thread(), item.time))
+            return M.LocalRunner.run(self, item)
+
+    base = mm_measurer.runner
+    monkeypatch.setattr(mm_measurer, "runner",
+                        Logged(**{f.name: getattr(base, f.name) for f in fields(base)}))
+    mm_measurer.best_s = None
+    recs = mm_measurer.measure(_programs(mm_measurer, 3, seed=11))
+    assert [r.status for r in recs] == ["ok"] * 3, [r.error for r in recs]
+    checks = [e for e in log if e[0] == "check"]
+    times = [e for e in log if e[0] == "time"]
+    assert len(checks) == 3 and len(times) == 3
+    assert all(not main and not timed for _, main, timed in checks)  # in the workers
+    assert all(main and timed for _, main, timed in times)
+    assert log[:3] == checks  # every check before the first timing run

@@ -10,7 +10,7 @@ import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -18,7 +18,7 @@ from typing import Callable, Protocol, Sequence
 from mlir_ansor.dialect_helpers.size_dispatch import TAG_ATTR
 from mlir_ansor.errors import UnsupportedDispatch
 from mlir_ansor.tuner.procs import run_isolated
-from mlir_ansor.tuner.runner import asm_dir
+from mlir_ansor.tuner.runner import RunResult, asm_dir
 from mlir_ansor.tuner.status import Status, internal_error, is_out_of_memory
 
 CONFIG_DUMP_FLAG = "--iree-hal-dump-executable-configurations-to"
@@ -46,12 +46,19 @@ class BuildResult:
     artifact: Path | None = None
     error: str = ""
     seconds: float = 0.0
+    # The output check run right after a good build, in its compile slot
+    # (`LocalBuilder.build`'s `then`); None where none ran.
+    checked: RunResult | None = None
 
 
 class Builder(Protocol):
     def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
         """One result per item, in order."""
         ...
+
+
+# A check of a built artifact (a validation run) that a builder may run in a compile slot.
+Check = Callable[[Path], RunResult]
 
 
 def first_error_line(stderr: str, limit: int = 500) -> str:
@@ -128,9 +135,19 @@ class LocalBuilder:
     timeout_s: float = 10.0
     mem_bytes: int = 6 << 30
 
-    def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
+    def build(self, items: Sequence[BuildInput], then: Check | None = None
+              ) -> list[BuildResult]:
+        """`then`, where given, checks each good build in the worker that built it, right
+        after: the checks of early builds overlap the compiles of later ones, and no more
+        than `workers` processes run at once (a check is no timing run)."""
+        def one(item: BuildInput) -> BuildResult:
+            res = self.build_one(item)
+            if then is None or res.status != Status.OK:
+                return res
+            return replace(res, checked=then(res.artifact))
+
         with ThreadPoolExecutor(max(1, self.workers)) as pool:
-            return list(pool.map(self.build_one, items))
+            return list(pool.map(one, items))
 
     def build_one(self, item: BuildInput) -> BuildResult:
         item.out_dir.mkdir(parents=True, exist_ok=True)
@@ -162,16 +179,19 @@ class LocalBuilder:
         return BuildResult(Status.OK, artifact, "", took)
 
 
-def emit_and_build(builder: Builder, emits: Sequence[Callable[[], BuildInput]]
-                   ) -> list[BuildResult]:
+def emit_and_build(builder: Builder, emits: Sequence[Callable[[], BuildInput]],
+                   then: Check | None = None) -> list[BuildResult]:
     """Emit each candidate (our code) and build those that emitted. An exception while
     emitting is an internal error of that candidate (counted, reported), never a compile
-    error: the other candidates go on."""
+    error: the other candidates go on. `then`: a check a `LocalBuilder` runs on each good
+    build in its compile slot (other builders: not run, `checked` stays None)."""
     items: list[BuildInput | BuildResult] = []
     for emit in emits:
         try:
             items.append(emit())
         except Exception as e:  # our bug: recorded as internal_error and counted
             items.append(BuildResult(Status.INTERNAL_ERROR, None, internal_error("emit", e)))
-    built = iter(builder.build([i for i in items if isinstance(i, BuildInput)]))
+    inputs = [i for i in items if isinstance(i, BuildInput)]
+    built = iter(builder.build(inputs, then) if then is not None and
+                 isinstance(builder, LocalBuilder) else builder.build(inputs))
     return [next(built) if isinstance(i, BuildInput) else i for i in items]

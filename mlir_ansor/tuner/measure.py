@@ -27,14 +27,15 @@ from mlir_ansor.transform_scripts.tuning_spec import (SpecEntry, is_template, lo
                                                       tuning_spec_text)
 from mlir_ansor.tuner import records as rec
 from mlir_ansor.tuner.builder import (CANDIDATE_ARTIFACT, CONFIG_DUMP_FLAG, Builder,
-                                      BuildInput, BuildResult, LibraryKind, LocalBuilder, applied_strategies,
+                                      BuildInput, BuildResult, Check, LibraryKind,
+                                      LocalBuilder, applied_strategies,
                                       emit_and_build, first_error_line,
                                       single_configuration)
 from mlir_ansor.tuner.procs import ProcResult, run_isolated
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.mca import find_mca
-from mlir_ansor.tuner.runner import (LocalRunner, ProxyRunner, Runner, RunInput, Timing,
-                                     asm_dir)
+from mlir_ansor.tuner.runner import (LocalRunner, ProxyRunner, Runner, RunInput, RunResult,
+                                     Timing, asm_dir)
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import SizeSample, Task, parse_tensor_type, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
@@ -378,10 +379,26 @@ class TaskMeasurer:
         return BuildInput(self.src, text, LibraryKind.STRATEGY, strategy_name(self.task.task_id),
                           out_dir, flags)
 
-    def build(self, programs: Sequence[Program], dirs: Sequence[Path]) -> list[BuildResult]:
-        """Emit and compile (`emit_and_build`)."""
+    def build(self, programs: Sequence[Program], dirs: Sequence[Path],
+              then: Check | None = None) -> list[BuildResult]:
+        """Emit and compile (`emit_and_build`; `then`: a check run in the compile slot)."""
         return emit_and_build(self.builder, [partial(self.build_input, p, d)
-                                             for p, d in zip(programs, dirs)])
+                                             for p, d in zip(programs, dirs)], then)
+
+    @property
+    def checks_while_building(self) -> bool:
+        """Whether a candidate's outputs are checked in its compile slot, while later
+        candidates compile (item 6 of issue 19): only where both run on this machine and
+        the runner is a plain local one (the timing runs still come after, one at a time)."""
+        return isinstance(self.builder, LocalBuilder) and isinstance(self.runner, LocalRunner)
+
+    def check(self, artifact: Path) -> RunResult:
+        """The artifact's outputs against the reference at every point (no timing)."""
+        for pt in self.points:
+            res = self.runner.run(self.run_input(artifact, pt, time=False))
+            if res.status != Status.OK:
+                return replace(res, error=res.error + self._at(pt))
+        return RunResult(Status.OK)
 
     def run_input(self, artifact: Path, point: Point, time: bool = True,
                   slow_cutoff_s: float | None = None, validate: bool = True) -> RunInput:
@@ -474,13 +491,18 @@ class TaskMeasurer:
         record as soon as it is known (the caller appends it at once)."""
         tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
         with self.clock.timing("compile"):
-            built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))])
+            built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))],
+                               self.check if self.checks_while_building else None)
         env = rec.environment()
         for prog, b in zip(programs, built):
             status, err, samples, by = b.status, b.error, (), {}
+            if status == Status.OK and b.checked is not None and \
+                    b.checked.status != Status.OK:
+                status, err = b.checked.status, b.checked.error
             if status == Status.OK:
                 with self.clock.timing("measure"):
-                    status, err, samples, by = self._measure_built(b.artifact)
+                    status, err, samples, by = self._measure_built(
+                        b.artifact, validate=b.checked is None)
             latency = (self.weighted_latency(by) if by else statistics.median(samples)) \
                 if status == Status.OK else None
             if latency is not None:
@@ -510,18 +532,20 @@ class TaskMeasurer:
                 path.unlink(missing_ok=True)
                 del self.kept[gone]
 
-    def _measure_built(self, artifact: Path
+    def _measure_built(self, artifact: Path, validate: bool = True
                        ) -> tuple[Status, str, tuple[float, ...], dict[str, float]]:
-        """Validate and time a built candidate at every point: (status, error, timed
-        repetitions of a static task, latency per size of a dynamic one). A slow candidate
-        (first run over slow_factor x the best at that point so far) is timed once there."""
+        """Validate (unless checked already) and time a built candidate at every point:
+        (status, error, timed repetitions of a static task, latency per size of a dynamic
+        one). A slow candidate (first run over slow_factor x the best at that point so far)
+        is timed once there."""
         by: dict[str, float] = {}
         samples: tuple[float, ...] = ()
         for pt in self.points:
             # (best_s None: no best yet, or reset: no cutoff.)
             cutoff = None if self.best_s is None else \
                 self.cfg.slow_factor * self.best_at.get(pt.label, self.best_s)
-            res = self.runner.run(self.run_input(artifact, pt, slow_cutoff_s=cutoff))
+            res = self.runner.run(self.run_input(artifact, pt, slow_cutoff_s=cutoff,
+                                                 validate=validate))
             if res.status != Status.OK:
                 return res.status, res.error + self._at(pt), (), {}
             samples = res.samples_s

@@ -14,8 +14,10 @@ PARTS = ("compile", "measure", "train", "search")
 class WallTime:
     """Seconds per part, accumulated as the run goes (an accumulator: not frozen)."""
 
-    compile: float = 0.0  # the builder's batches (parallel compiles: their wall time)
-    measure: float = 0.0  # the runner: validation and timing, one candidate at a time
+    # The builder's batches (parallel compiles: their wall time). With a local builder and
+    # runner it includes the output checks, which run in the compile slots as builds end.
+    compile: float = 0.0
+    measure: float = 0.0  # the runner: timing (and checks elsewhere), one candidate at a time
     train: float = 0.0  # fitting the cost model
     search: float = 0.0  # proposing programs, training excluded
     # The whole run by stage (import, layout, tasks, search, hand back) and the hand-back's
