@@ -106,3 +106,30 @@ def test_tune_through_ray_survives_a_lost_node(cluster, tmp_path):
     resent = re.search(r"after a lost worker (\d+) sent again, (\d+) recorded", res.report)
     assert resent and int(resent.group(1)) >= 1, res.report[-800:]
     assert ray.is_initialized()  # the test's connection is the test's to close
+
+
+def test_a_run_keeps_its_timing_share_through_the_actor(tmp_path, monkeypatch):
+    """The driver flattens a run's files for the actor, and the actor rebuilds the run with
+    its own folder: every other field (a dynamic task's timing share, the slow cutoff)
+    must travel as it is (the flattening dropped the share: full budget on Ray)."""
+    from mlir_ansor.tuner.runner import RunResult, Timing
+
+    for name in ("m.vmfb", "in0.npy", "ref0.npy"):
+        (tmp_path / name).write_bytes(name.encode())
+    item = RunInput(tmp_path / "m.vmfb", (tmp_path / "in0.npy",), (tmp_path / "ref0.npy",),
+                    (), True, 0.5, timing_share=0.25)
+    flat, files = distributed._flat_names(item)
+    actor = distributed._DeviceActor(host().device_kind, 10.0, None, Timing(), 1e-4, 1e-5)
+    seen = []
+
+    class Recorder:
+        def run(self, it):
+            seen.append(it)
+            return RunResult(Status.OK, (1e-3,))
+
+    monkeypatch.setattr(actor, "runner", Recorder())
+    assert actor.run(files, flat).status == Status.OK
+    (got,) = seen
+    assert (got.timing_share, got.slow_cutoff_s, got.time) == (0.25, 0.5, True)
+    assert got.artifact.parent == actor.dir and got.artifact.read_bytes() == b"m.vmfb"
+    assert [p.read_bytes() for p in got.inputs + got.reference] == [b"in0.npy", b"ref0.npy"]

@@ -17,7 +17,7 @@ lost`. Ray's own retries are off (`max_retries=0`, `max_restarts=0`,
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -175,9 +175,10 @@ class _DeviceActor:
         def here(paths):
             return tuple(self.dir / Path(p).name for p in paths)
 
-        return self.runner.run(RunInput(self.dir / Path(item.artifact).name, here(item.inputs),
-                                        here(item.reference), here(item.magnitude), item.time,
-                                        item.slow_cutoff_s, item.timing_share))
+        # (replace: every other field of the run, e.g. its timing share, travels as is)
+        return self.runner.run(replace(item, artifact=self.dir / Path(item.artifact).name,
+                                       inputs=here(item.inputs), reference=here(item.reference),
+                                       magnitude=here(item.magnitude)))
 
 
 def _flat_names(item: RunInput) -> tuple[RunInput, dict[str, bytes]]:
@@ -192,9 +193,9 @@ def _flat_names(item: RunInput) -> tuple[RunInput, dict[str, bytes]]:
             files[names[p]] = p.read_bytes()
         return Path(names[p])
 
-    return RunInput(name(item.artifact), tuple(map(name, item.inputs)),
-                    tuple(map(name, item.reference)), tuple(map(name, item.magnitude)),
-                    item.time, item.slow_cutoff_s), files
+    return replace(item, artifact=name(item.artifact), inputs=tuple(map(name, item.inputs)),
+                   reference=tuple(map(name, item.reference)),
+                   magnitude=tuple(map(name, item.magnitude))), files
 
 
 @dataclass
