@@ -182,14 +182,20 @@ def _gpu_without_runner(args: argparse.Namespace) -> bool:
             and target.device_kind != host().device_kind)
 
 
+# What the first round of an offline batch takes from the command line (the rest is the
+# search's, the layout choice's or the hand-back's, which an offline batch does not run).
+_OFFLINE_OPTIONS = frozenset({"model", "target", "trials", "seed", "out"})
+
+
 def _offline_batch(args: argparse.Namespace) -> None:
     """`--target cuda` on a machine with no GPU: the first round of the search as an offline
     batch (mlir_ansor/offline.py) to run where the GPU is, and what to do next."""
     from mlir_ansor import offline
 
-    unsupported = [flag for flag, on in (
-        ("several models", len(args.model) > 1), ("--reuse", args.reuse),
-        ("--dynamic", args.dynamic), ("--allow-unmeasured", args.allow_unmeasured)) if on]
+    defaults = parse_args([])
+    unsupported = (["several models"] if len(args.model) > 1 else []) + [
+        "--" + k.replace("_", "-") for k, v in vars(args).items()
+        if k not in _OFFLINE_OPTIONS and v != getattr(defaults, k)]
     if unsupported:
         raise UsageError(f"--target {args.target} with no GPU here writes an offline batch, "
                          f"which does not take {', '.join(unsupported)}")
@@ -213,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             _offline_batch(args)
         except AnsorError as e:
             return print_error(e)
+        except KeyboardInterrupt:
+            print("error: interrupted; the batch is incomplete (run again)", file=sys.stderr)
+            return INTERRUPTED_EXIT
         return 0
     try:
         run(TuneOptions(  # the console reporter prints the result tables

@@ -157,6 +157,7 @@ def test_tune_for_aarch64_checks_under_qemu_and_withholds_unmeasured(tmp_path):
     withheld = [t["task"] for t in report["tasks"]
                 if t["status"].startswith("withheld: unmeasured")]
     assert withheld and f"Withheld, unmeasured: {len(withheld)} strategies" in text
+    assert f"tasks {', '.join(withheld)}; to hand them back" in text and "--trials 0" in text
     assert e2e["handed_back"] == "default" and not e2e["applied"]
     assert not (out / "tuned_library.mlir").exists()
     build = (out / "build.sh").read_text()

@@ -53,7 +53,9 @@ class BuildResult:
 
 class Builder(Protocol):
     def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
-        """One result per item, in order."""
+        """One result per item, in order. (`LocalBuilder.build` also takes `then`, a check
+        it runs on each good build in its compile slot; `emit_and_build` passes it to a
+        LocalBuilder only.)"""
         ...
 
 

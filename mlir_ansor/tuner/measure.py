@@ -487,8 +487,9 @@ class TaskMeasurer:
         return list(self.measure_iter(programs))
 
     def measure_iter(self, programs: Sequence[Program]) -> Iterator[rec.Record]:
-        """Build all (in parallel), then validate and time one at a time, yielding each
-        record as soon as it is known (the caller appends it at once)."""
+        """Build all (in parallel; with a local builder and runner each build's outputs are
+        checked in its compile slot), then time (and validate, where not checked yet) one at
+        a time, yielding each record as soon as it is known (the caller appends it at once)."""
         tmp = Path(tempfile.mkdtemp(prefix="cand_", dir=self.dir))
         with self.clock.timing("compile"):
             built = self.build(programs, [tmp / f"c{i}" for i in range(len(programs))],

@@ -542,21 +542,24 @@ def hand_back(state: RunState) -> RunState:
     timed = {k: (d, b) for k, (d, b, _) in best.items()}
     # Keep a strategy only where it clearly beat IREE's default on this machine.
     winners = {k: p for k, (d, b, p) in best.items() if d > b * opts.min_speedup}
-    if state.proxied and not opts.allow_unmeasured and winners:
-        # Ranked by llvm-mca, never timed: IREE's default is handed back unless the user
-        # accepts unmeasured strategies (the records keep them for a later --reuse).
-        state.report(Note(
-            f"{len(winners)} strategies the llvm-mca proxy ranks above IREE's default are "
-            f"withheld (unmeasured): tasks {', '.join(sorted(winners))}; rerun with "
-            f"--allow-unmeasured --reuse {state.out / 'records.jsonl'} to hand them back"))
-        state = replace(state, notes=state.notes + (
-            f"Withheld, unmeasured: {len(winners)} strategies ranked above IREE's default by "
-            "llvm-mca (no runner on the device); --allow-unmeasured hands them back",))
+    # Ranked by llvm-mca, never timed: IREE's default is handed back unless the user
+    # accepts unmeasured strategies (the records keep them for a later --reuse).
+    withhold = state.proxied and not opts.allow_unmeasured
+    withheld = tuple(t.task_id for t in state.tunable if withhold and t.key in winners)
+    if withheld:
+        line = (f"Withheld, unmeasured: {len(withheld)} strategies ranked above IREE's default "
+                f"by llvm-mca (no runner on the device), tasks {', '.join(withheld)}; to hand "
+                f"them back without searching again: --allow-unmeasured --trials 0 --reuse "
+                f"{state.out / 'records.jsonl'} --out ANOTHER_FOLDER")
+        state.report(Note(line))
+        state = replace(state, notes=state.notes + (line,))
+    if withhold:
         winners = {}
     plans: dict[str, SizePlan] = {}
     single = dict(timed)  # one kernel per task over every size
     for m in state.models:
-        plan, why = plan_model(state, m, at)
+        # (a size dispatcher's branches take programs too: none of them when withheld)
+        plan, why = (None, "") if withhold else plan_model(state, m, at)
         if why:
             state.report(Note(f"{m.name}: {why}"))
         if plan is not None:
@@ -672,5 +675,5 @@ def hand_back(state: RunState) -> RunState:
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
                   dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
-                  dict(plans), torch, rejected, compared, changed)
+                  dict(plans), torch, rejected, compared, changed, withheld)
     return replace(state, handback=hb)

@@ -80,11 +80,10 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
         # (A dispatched model's task has one entry per branch: `t3_b0`, `t3_b1`, ...)
         dropped = hb.dropped.get(t.task_id) or next(
             (why for i, why in hb.dropped.items() if i.startswith(f"{t.task_id}_b")), "")
-        withheld = (state.proxied and not state.opts.allow_unmeasured and d and b
-                    and d > b * state.opts.min_speedup)
         status = "tuned" if t.key in tuned_keys else (
             dropped or t.skip_reason
-            or ("withheld: unmeasured (--allow-unmeasured)" if withheld else "default kept"))
+            or ("withheld: unmeasured (--allow-unmeasured)" if t.task_id in hb.withheld
+                else "default kept"))
         if t.key not in in_model:
             status = absent_why(state, t)
         elif t.layout_of:
@@ -297,8 +296,8 @@ def e2e_parts(state: RunState) -> list[str]:
             kept = ((f"tuned module handed back, its strategies ranked {how}; the whole "
                      "model is UNMEASURED" + (" (--allow-unmeasured)" if state.proxied else ""))
                     if hb.wins[m.name] else
-                    "IREE's default handed back: unmeasured strategies only with "
-                    "--allow-unmeasured" if state.proxied and not state.opts.allow_unmeasured
+                    f"IREE's default handed back: {len(hb.withheld)} unmeasured strategies "
+                    "withheld (--allow-unmeasured hands them back)" if hb.withheld
                     else f"no strategy beat IREE's default {how}: tuned = default module")
             parts.append(f"End to end (model {m.name}): run under qemu, {match}, max abs "
                          f"error {e.max_error:.2e}, {len(e.applied)} strategies applied; "

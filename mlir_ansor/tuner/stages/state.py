@@ -159,6 +159,9 @@ class HandBack:
     # model -> its tuned module differs from IREE's default one (strategies applied, a
     # layout, a runtime device): what `wins` was decided on
     changed: Mapping[str, bool] = field(default_factory=dict)
+    # task ids whose proxy-ranked (unmeasured) strategy was not handed back for want of
+    # --allow-unmeasured
+    withheld: tuple[str, ...] = ()
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
