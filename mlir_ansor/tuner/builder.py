@@ -54,8 +54,8 @@ class BuildResult:
 class Builder(Protocol):
     def build(self, items: Sequence[BuildInput]) -> list[BuildResult]:
         """One result per item, in order. (`LocalBuilder.build` also takes `then`, a check
-        it runs on each good build in its compile slot; `emit_and_build` passes it to a
-        LocalBuilder only.)"""
+        it runs on each good build in its compile slot; only a caller that knows its
+        builder is one passes it.)"""
         ...
 
 
@@ -185,8 +185,9 @@ def emit_and_build(builder: Builder, emits: Sequence[Callable[[], BuildInput]],
                    then: Check | None = None) -> list[BuildResult]:
     """Emit each candidate (our code) and build those that emitted. An exception while
     emitting is an internal error of that candidate (counted, reported), never a compile
-    error: the other candidates go on. `then`: a check a `LocalBuilder` runs on each good
-    build in its compile slot (other builders: not run, `checked` stays None)."""
+    error: the other candidates go on. `then`: a check run on each good build in its
+    compile slot, for a builder that takes one (`LocalBuilder`; the caller decides:
+    `TaskMeasurer.checks_while_building`)."""
     items: list[BuildInput | BuildResult] = []
     for emit in emits:
         try:
@@ -194,6 +195,5 @@ def emit_and_build(builder: Builder, emits: Sequence[Callable[[], BuildInput]],
         except Exception as e:  # our bug: recorded as internal_error and counted
             items.append(BuildResult(Status.INTERNAL_ERROR, None, internal_error("emit", e)))
     inputs = [i for i in items if isinstance(i, BuildInput)]
-    built = iter(builder.build(inputs, then) if then is not None and
-                 isinstance(builder, LocalBuilder) else builder.build(inputs))
+    built = iter(builder.build(inputs) if then is None else builder.build(inputs, then))
     return [next(built) if isinstance(i, BuildInput) else i for i in items]

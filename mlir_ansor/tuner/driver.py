@@ -221,7 +221,8 @@ class TuneOptions:
                                  f"{here.device_kind} machine, natively or under qemu, "
                                  "which cannot run that target")
         elif emulated(target):
-            pass  # checked under qemu, ranked by llvm-mca; handed back per allow_unmeasured
+            pass  # checked under qemu, ranked by llvm-mca; --allow-unmeasured decides the
+            # hand-back (this branch also keeps it from the native-target error below)
         elif target.device_kind != here.device_kind:
             via = (f"; tune it through an offline batch: python -m mlir_ansor.offline "
                    f"prepare MODEL --target {self.target} ..." if target.backend == "cuda"
