@@ -22,5 +22,5 @@ tune: $(STAMP)
 	$(VENV)/bin/python -m mlir_ansor.tune resnet_block --out ansor_out
 
 test: $(STAMP) $(DEVICES)
-	$(VENV)/bin/python -m pytest -q -rs --durations=15
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 -n 2 --dist loadscope
 	$(VENV)/bin/lit -v lit_tests
