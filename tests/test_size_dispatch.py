@@ -272,8 +272,10 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
                                                                          monkeypatch):
     """The dispatcher and the model with one kernel per task are both built, checked and
     timed at the same sizes; the faster goes back. Here a plan is forced (a candidate at
-    the largest size, IREE's default below) and the timing of the form without it halved:
-    that form takes the folder's place and the report names the rejected dispatcher."""
+    the largest size, IREE's default below) and the form without it timed ten times
+    faster than it ran (halved, it lost once: after 4 trials its one kernel per task can
+    be over 2x slower at some sizes than the dispatcher's default there): that form takes
+    the folder's place and the report names the rejected dispatcher."""
     import json
     from dataclasses import replace
 
@@ -291,8 +293,8 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
         e = real_e2e(state, ex, m, sizes_of)
         if sizes_of is None:
             return e
-        return replace(e, tuned_s=e.tuned_s / 2,
-                       by_size=tuple((n, t, d, s / 2) for n, t, d, s in e.by_size))
+        return replace(e, tuned_s=e.tuned_s / 10,
+                       by_size=tuple((n, t, d, s / 10) for n, t, d, s in e.by_size))
 
     monkeypatch.setattr(hand_back, "per_size_choice", forced)
     monkeypatch.setattr(hand_back, "model_e2e", faster_without)
