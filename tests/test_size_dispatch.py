@@ -273,9 +273,9 @@ def test_a_dispatcher_slower_than_one_kernel_per_task_is_not_handed_back(tmp_pat
     """The dispatcher and the model with one kernel per task are both built, checked and
     timed at the same sizes; the faster goes back. Here a plan is forced (a candidate at
     the largest size, IREE's default below) and the form without it timed ten times
-    faster than it ran (halved, it lost once: after 4 trials its one kernel per task can
-    be over 2x slower at some sizes than the dispatcher's default there): that form takes
-    the folder's place and the report names the rejected dispatcher."""
+    faster than it ran (halved, it lost once under two test workers, cause not
+    established): that form takes the folder's place and the report names the rejected
+    dispatcher."""
     import json
     from dataclasses import replace
 

@@ -1,7 +1,7 @@
 """Held-out workloads: in neither the bundled examples nor the data the shipped cost model
 was trained on (the operator suite, resnet_block, mlp, bert_layer, resnet50_last_conv,
-tools/pretrain_models.py; ResNet-50 and MobileNet-V2 are not in it either). Benchmarks report the same ratios on them, so a gain that only holds on
-what we tuned for shows.
+tools/pretrain_models.py; ResNet-50 and MobileNet-V2 are not in it either). Benchmarks
+report the same ratios on them, so a gain that only holds on what we tuned for shows.
 
   python -m mlir_ansor.tune tools/heldout_models.py:vit_block
   python -m mlir_ansor.tune tools/heldout_models.py:gpt2_block
