@@ -7,7 +7,7 @@ import pytest
 from mlir_ansor import train_cost_model
 from mlir_ansor.targets import host
 from mlir_ansor.tuner.cost_model import load_booster
-from mlir_ansor.tuner.pretraining import leave_one_out, load_corpus, trials_to_near_best
+from mlir_ansor.tuner.pretraining import judge, leave_one_out, load_corpus, trials_to_near_best
 from mlir_ansor.tuner.records import RecordStore
 from tests.conftest import BATCH_MATMUL, MATMUL, ops_of
 from tests.test_cost_model import records_for, sample
@@ -70,3 +70,36 @@ def test_a_folder_without_tasks_is_a_one_line_error(tmp_path, capsys):
 def test_trials_to_near_best(truth, order, want):
     import numpy as np
     assert trials_to_near_best(np.array(order), np.array(truth), 0.05) == want
+
+
+def test_judge_ranks_records_with_a_saved_model(tmp_path, capsys):
+    # A model trained on one folder (another machine's records, say) judges another's
+    # workloads without training on them.
+    a = run_folder(tmp_path, "a", [("bmm", BATCH_MATMUL, 120), ("mm", MATMUL, 120)])
+    b = run_folder(tmp_path, "b", [("bmm2", BATCH_MATMUL, 60), ("mm2", MATMUL, 60)])
+    model = tmp_path / "m.json"
+    assert train_cost_model.main([str(a), "--out", str(model)]) == 0
+    base = load_booster(model, KIND)
+    rows = judge(load_corpus([b], KIND), base)
+    assert [r.name for r in rows] == ["b/t0 batch_matmul 4x64x48x32", "b/t1 matmul 64x48x32"]
+    assert all(r.pairwise > 0.7 and r.model_trials < r.random_trials for r in rows), rows
+    capsys.readouterr()
+    assert train_cost_model.main([str(b), "--judge", str(model)]) == 0
+    text = capsys.readouterr().out
+    assert f"judged: {model}, trained for {KIND}" in text
+    assert "records it never trained on" in text and "fewer than random" in text
+    # Judged, then trained on the same records when --out is given too.
+    out = tmp_path / "out.json"
+    assert train_cost_model.main([str(b), "--judge", str(model), "--out", str(out)]) == 0
+    assert load_booster(out, KIND) is not None
+
+
+def test_judge_needs_a_model_it_can_read(tmp_path, capsys):
+    a = run_folder(tmp_path, "a", [("mm", MATMUL, 20)])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert train_cost_model.main([str(a), "--judge", str(bad)]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_cost_model.main([str(a)])  # neither --out nor --judge
+    assert "one of --out and --judge is required" in capsys.readouterr().err

@@ -124,6 +124,11 @@ def load_booster(path: Path, target: str, same_arch: bool = False) -> xgb.Booste
     return booster
 
 
+def saved_for(booster: xgb.Booster) -> str | None:
+    """The target a saved model was trained for (`CostModel.save`)."""
+    return booster.attr(_TARGET_ATTR)
+
+
 class CostModel:
     """XGBoost pack-sum model of the programs of every task it was told about."""
 

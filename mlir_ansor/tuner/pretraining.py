@@ -1,5 +1,5 @@
 """Training a cost model from earlier runs' output folders, and judging it on workloads it
-never saw (leave one workload out).
+never saw (leave one workload out), or judging a saved model on another machine's records.
 
 An output folder holds records.jsonl and tasks.json (per task key, the function its ops
 were read from: the task-forming stage writes it), so features can be computed again
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import xgboost as xgb
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.errors import UsageError
@@ -85,6 +86,16 @@ class HeldOut:
     random_trials: float  # expected measurements in random order
 
 
+def _ranked(w: TrainingTask, model: CostModel, within: float) -> HeldOut:
+    """How `model` ranks the measured programs of `w`."""
+    truth = normalized_throughputs(w.records)
+    pred = model.predict(w, [r.to_program() for r in w.records])
+    order = np.argsort(-pred, kind="stable")
+    k = int((truth >= 1.0 - within).sum())
+    return HeldOut(w.name, len(w.records), pairwise_accuracy(pred, truth),
+                   trials_to_near_best(order, truth, within), (len(truth) + 1) / (k + 1))
+
+
 def leave_one_out(corpus: Sequence[TrainingTask], cfg: CostModelConfig = CostModelConfig(),
                   min_valid: int = 16, within: float = 0.05) -> list[HeldOut]:
     """For each workload with `min_valid` valid records: a model trained on all the others
@@ -95,18 +106,28 @@ def leave_one_out(corpus: Sequence[TrainingTask], cfg: CostModelConfig = CostMod
             continue
         model = train([o for o in corpus if o.key != w.key], cfg)
         model.add_task(w)
-        truth = normalized_throughputs(w.records)
-        pred = model.predict(w, [r.to_program() for r in w.records])
-        order = np.argsort(-pred, kind="stable")
-        k = int((truth >= 1.0 - within).sum())
-        out.append(HeldOut(w.name, len(w.records), pairwise_accuracy(pred, truth),
-                           trials_to_near_best(order, truth, within),
-                           (len(truth) + 1) / (k + 1)))
+        out.append(_ranked(w, model, within))
     return out
 
 
-def summary_table(rows: Sequence[HeldOut]) -> str:
-    lines = [f"{'held-out workload':52s} {'programs':>8s} {'pairwise':>8s} "
+def judge(corpus: Sequence[TrainingTask], base: xgb.Booster, min_valid: int = 16,
+          within: float = 0.05) -> list[HeldOut]:
+    """For each workload with `min_valid` valid records: a saved model (e.g. the shipped
+    one, trained on another machine), not trained on any of these records, ranks its
+    measured programs."""
+    out = []
+    for w in corpus:
+        if w.valid < min_valid:
+            continue
+        model = CostModel(base=base)
+        model.add_task(w)
+        out.append(_ranked(w, model, within))
+    return out
+
+
+def summary_table(rows: Sequence[HeldOut], first: str = "held-out workload") -> str:
+    """`first`: the heading of the workload column."""
+    lines = [f"{first:52s} {'programs':>8s} {'pairwise':>8s} "
              f"{'to 5% of best: model':>20s} {'random':>7s}"]
     for r in rows:
         lines.append(f"{r.name[:52]:52s} {r.programs:8d} {r.pairwise:8.3f} {r.model_trials:20d} "
