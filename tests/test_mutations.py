@@ -8,7 +8,8 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate, violations
 from mlir_ansor.sketch_passes.mutations import (crossover, mutate, mutate_parallel,
                                                 mutate_tile_size, mutate_unroll, split_levels)
-from mlir_ansor.sketch_passes.program import PackStep, ParallelStep, SplitStep, UnrollStep
+from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, Program, SplitStep,
+                                              UnrollStep)
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from tests.conftest import BATCH_MATMUL, ELEMENTWISE, MATMUL, ops_of
@@ -137,3 +138,41 @@ def test_split_levels_round_trip():
                          (SplitStep(mm.name, 2, (16,)), [2, 16])):
         assert split_levels(mm, step) == levels
         assert from_levels(mm, step, levels) == step
+
+
+def test_unrolled_block_stays_within_the_cap():
+    # A straight-line block past MAX_UNROLLED_MACS spilled beyond IREE's worker stack
+    # (SIGSEGV at run time): sampling, mutation and violations all keep under it.
+    from mlir_ansor.sketch_passes.annotation import (MAX_UNROLLED_MACS, unroll_choices,
+                                                     unrolled_block_macs)
+    # A matmul whose register tiles (up to 8 x 64) and reduction tiles (up to 32 of k=512)
+    # reach the cap.
+    big_mm = MATMUL.replace("64x32", "256x512").replace("32x48", "512x64").replace(
+        "64x48", "256x64")
+    ops, progs = programs(big_mm, 3000)
+    root = ops[1]
+    unrolled = [(p, p.find(UnrollStep, root.name).factor) for p in progs]
+    assert all(f == 1 or unrolled_block_macs(root, p) * f <= MAX_UNROLLED_MACS
+               for p, f in unrolled)
+    # The cap binds: programs whose reduction trip count admits an unroll factor that would
+    # pass it; those factors (and only those) are not offered.
+    def trip(p):
+        r1, v = p.split(root.name, root.reduction_dims[-1]).lengths
+        return r1 // v
+    def over(p):
+        return [f for f in (2, 4, 8) if trip(p) % f == 0 and
+                unrolled_block_macs(root, p) * f > MAX_UNROLLED_MACS]
+    capped = [p for p, _ in unrolled if over(p)]
+    assert len(capped) >= 5
+    for p in capped:
+        allowed = [f for f in (1, 2, 4, 8) if trip(p) % f == 0 and f not in over(p)]
+        assert unroll_choices(root, p) == allowed
+        unrolled_more = Program(p.sketch, tuple(
+            UnrollStep(root.name, over(p)[0]) if isinstance(st, UnrollStep) else st
+            for st in p.steps))
+        assert any("unroll" in e for e in violations(ops, unrolled_more))
+    rng = random.Random(3)
+    for p in capped[:20]:
+        c = mutate_unroll(ops, p, rng)
+        assert c is None or unrolled_block_macs(root, c) * \
+            c.find(UnrollStep, root.name).factor <= MAX_UNROLLED_MACS

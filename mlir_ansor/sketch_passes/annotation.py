@@ -29,6 +29,12 @@ from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 # not a machine fact; the register tile's size is capped by the target below.
 MAX_OTHER_INNER = 16
 UNROLL_CHOICES = (1, 2, 4, 8)  # search space
+# Multiply-adds in the unrolled innermost block (register tile x innermost reduction tile x
+# unroll factor), which LLVM schedules as one straight-line block. Past this its spills
+# outgrew the 128 KiB stack of IREE's worker threads: of 1,837 valid programs and 5
+# SIGSEGVs in six runs on the Zen 5 VM, 3 of the crashes and 12 valid programs were above
+# it (a 57,344 one had a 253 KiB frame), and no task's best (at most 12,288).
+MAX_UNROLLED_MACS = 16384
 MAX_WORKGROUP_DIMS = 3  # IREE's workgroup ids x, y, z
 STACK_LIMIT_BYTES = 32 << 10  # IREE's CPU limit on a dispatch's stack allocations
 STACK_HEADROOM_BYTES = 1 << 10
@@ -422,10 +428,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 prog = prog.with_step(SplitStep(root.name, l, (r1, v)))
         outer = eligible_parallel(root, prog, rows=())
         prog = prog.with_step(ParallelStep(root.name, tuple(outer[:MAX_WORKGROUP_DIMS])))
-        last = [prog.split(root.name, l).lengths for l in root.reduction_dims]
-        last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
-        trip = (last[-1][0] // (last[-1][1] if len(last[-1]) > 1 else 1)) if last else 1
-        factor = rng.choice([f for f in UNROLL_CHOICES if trip % f == 0])
+        factor = rng.choice(unroll_choices(root, prog))
         prog = prog.with_step(UnrollStep(root.name, factor))
         # Half the programs pack one operand, where one fits the stack.
         packable = [i for i in pack_candidates(root, sketch) if packs_fit(ops, prog, root, [i])]
@@ -474,13 +477,32 @@ def sample_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch], n: int,
             for i in range(n)] if sketches else []
 
 
+def unrolled_block_macs(op: OpInfo, prog: Program) -> int:
+    """Multiply-adds of one innermost reduction step before unrolling: the register tile
+    (innermost parallel tiles) times the innermost reduction tile (a window loop steps by
+    one)."""
+    n = 1
+    for l in range(len(op.extents)):
+        s = prog.split(op.name, l)
+        if s is None:
+            continue
+        if l in op.reduction_dims:
+            n *= s.lengths[1] if len(s.lengths) > 1 else 1
+        else:
+            n *= s.lengths[-1]
+    return n
+
+
 def unroll_choices(op: OpInfo, prog: Program) -> list[int]:
-    """Unroll factors that divide the trip count of the innermost reduction loop."""
+    """Unroll factors that divide the trip count of the innermost reduction loop and keep
+    the unrolled block within MAX_UNROLLED_MACS (not unrolling is always a choice)."""
     last = [prog.split(op.name, l).lengths for l in op.reduction_dims
             if prog.split(op.name, l) is not None]
     last = [ls for ls in last if ls[0] > (ls[1] if len(ls) > 1 else 1)]
     trip = (last[-1][0] // (last[-1][1] if len(last[-1]) > 1 else 1)) if last else 1
-    return [f for f in UNROLL_CHOICES if trip % f == 0]
+    step = unrolled_block_macs(op, prog)
+    return [f for f in UNROLL_CHOICES
+            if trip % f == 0 and (f == 1 or step * f <= MAX_UNROLLED_MACS)]
 
 
 def map_store_fits(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo,
