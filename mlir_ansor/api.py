@@ -14,6 +14,7 @@ configuration dump that the tuned dispatches took our strategies.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ from iree.compiler import ir
 from mlir_ansor.errors import AnsorError, CompileError
 from mlir_ansor.tuner.driver import TuneOptions, run
 from mlir_ansor.tuner.e2e import compile_model
+from mlir_ansor.tuner import idle_caller as idle
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.io_layout import wrap_channels_last
 from mlir_ansor.tuner.layouts import load_layout
@@ -42,9 +44,15 @@ def strategy_symbols(library_text: str) -> list[str]:
 
 
 class TunedModule:
-    """A compiled model (IREE VM flatbuffer) callable on torch tensors or numpy arrays."""
+    """A compiled model (IREE VM flatbuffer) callable on torch tensors or numpy arrays.
 
-    def __init__(self, vmfb: Path, applied: Sequence[str] = (), device: str = ""):
+    On IREE's local-task device a call is made from a thread of its own at idle priority
+    (`idle_caller=True`): IREE's caller waits for the workers in a loop that can take a
+    core from them (tuner/idle_caller.py; the tuner times modules that way too). The
+    caller's own thread then blocks on the result without spinning."""
+
+    def __init__(self, vmfb: Path, applied: Sequence[str] = (), device: str = "",
+                 idle_caller: bool = True):
         import iree.runtime as rt
 
         self.vmfb = Path(vmfb)
@@ -52,16 +60,25 @@ class TunedModule:
         # The IREE runtime device the run measured it fastest on ("": local-task).
         self.device = device or "local-task"
         self._module = rt.load_vm_flatbuffer_file(str(self.vmfb), driver=self.device)
+        self._caller = None
+        if idle_caller and self.device == "local-task" and idle.supported():
+            self._caller = ThreadPoolExecutor(1, thread_name_prefix="tuned-module-caller",
+                                              initializer=idle.lower_this_thread)
+
+    def _call(self, arrays):
+        out = self._module.main(*arrays)
+        if isinstance(out, (tuple, list)):
+            return tuple(o.to_host() for o in out)
+        return out.to_host()
 
     def __call__(self, *inputs):
         # (A permuted view, e.g. x.permute(0, 2, 3, 1) of a channels_last tensor for a run
         # with --io-layout channels-last, is contiguous already: no copy then.)
         arrays = [np.ascontiguousarray(x.detach().numpy() if hasattr(x, "detach") else x)
                   for x in inputs]
-        out = self._module.main(*arrays)
-        if isinstance(out, (tuple, list)):
-            return tuple(o.to_host() for o in out)
-        return out.to_host()
+        if self._caller is None:
+            return self._call(arrays)
+        return self._caller.submit(self._call, arrays).result()
 
 
 def tune(model, inputs: tuple, *, trials: int = 96, out: str | Path = "ansor_out",

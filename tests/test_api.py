@@ -1,7 +1,10 @@
 """Python API: tune returns a runnable tuned module; load rebuilds it from the records' run."""
+import os
+
 import numpy as np
 
 from mlir_ansor import api
+from mlir_ansor.tuner import idle_caller as idle
 from tests.conftest import QUICK
 from tests.data.small_mlp import make
 
@@ -43,6 +46,14 @@ def test_load_hands_back_iree_default_where_the_run_did(tmp_path, monkeypatch):
     assert built == [(None, ())] and m.applied == ()
     np.testing.assert_allclose(m(*inputs), model(*inputs).detach().numpy(), rtol=1e-4,
                                atol=1e-4)
+    # A local-task module is called from a thread of its own at idle priority (IREE's
+    # waiting caller must not take a core from the workers); the user's thread keeps its
+    # policy; local-sync computes on the calling thread, so it is called directly.
+    if idle.supported():
+        assert m._caller.submit(os.sched_getscheduler, 0).result() == os.SCHED_IDLE
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    assert api.TunedModule(m.vmfb, device="local-sync")._caller is None
+    assert api.TunedModule(m.vmfb, idle_caller=False)._caller is None
     (out / "report.json").write_text(json.dumps({"e2e": {"a": {}, "b": {}}}))
     import pytest
     with pytest.raises(api.AnsorError, match="several models"):

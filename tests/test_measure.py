@@ -1,4 +1,5 @@
 """Measurement honesty: only applied, validated strategies count as tuned."""
+import os
 import random
 from dataclasses import replace
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
-from mlir_ansor.tuner import measure as M
+from mlir_ansor.tuner import idle_caller, measure as M
 from mlir_ansor.tuner.status import INTERNAL_ERRORS, Status
 from mlir_ansor.tuner.tasks import extract_tasks
 from mlir_ansor.tuner.validation import outputs_match
@@ -456,3 +457,59 @@ def test_outputs_are_checked_in_the_compile_slots_before_any_timing(mm_measurer,
     assert all(not main and not timed for _, main, timed in checks)  # in the workers
     assert all(main and timed for _, main, timed in times)
     assert log[:3] == checks  # every check before the first timing run
+
+
+def _policy(pid: int, tid: int) -> int:
+    """A thread's scheduling policy (field 41 of /proc/PID/task/TID/stat)."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[38])
+
+
+@pytest.mark.skipif(not idle_caller.supported(), reason="SCHED_IDLE is Linux's")
+def test_the_benchmark_tools_waiting_thread_is_lowered_and_its_workers_are_not(mm_measurer,
+                                                                              tools):
+    """Only the main thread of a timed local-task run goes to SCHED_IDLE (it waits while
+    the workers compute); the workers, created before the change, keep the normal policy."""
+    import subprocess
+    import time
+
+    pt = mm_measurer.points[0]
+    cmd = [tools.benchmark, f"--module={mm_measurer.default_vmfb}", "--function=main",
+           *[f"--input=@{p}" for p in mm_measurer.run_input(mm_measurer.default_vmfb,
+                                                            pt).inputs],
+           "--benchmark_min_time=3s"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert idle_caller.lower_when_workers_exist(proc.pid)
+        time.sleep(0.05)
+        names = idle_caller._threads(proc.pid)
+        workers = [int(t) for t, n in names.items() if n.startswith(idle_caller.WORKER_PREFIX)]
+        assert workers
+        assert _policy(proc.pid, proc.pid) == os.SCHED_IDLE
+        assert all(_policy(proc.pid, w) == os.SCHED_OTHER for w in workers)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_timed_runs_lower_the_caller_except_on_local_sync(mm_measurer, tools, monkeypatch):
+    """The runner hands the lowering to every timed local-task run; a local-sync run
+    computes on its main thread and an emulated one has qemu in between: neither is."""
+    from mlir_ansor.tuner import runner as R
+
+    started = []
+    real = R.run_isolated
+
+    def spy(cmd, *a, on_start=None, **kw):
+        started.append(on_start is not None)
+        return real(cmd, *a, on_start=on_start, **kw)
+
+    monkeypatch.setattr(R, "run_isolated", spy)
+    item = mm_measurer.run_input(mm_measurer.default_vmfb, mm_measurer.points[0])
+    for device, expect in (("", True), ("local-sync", False)):
+        started.clear()
+        runner = M.MeasureConfig(device=device, repetitions=1, min_time_s=0.001,
+                                 warmup_s=0.0).runner(tools)
+        res = runner.benchmark(item.artifact, item.inputs)
+        assert res.status == Status.OK, res.error
+        assert started == [expect]

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 class Interrupted(KeyboardInterrupt):
@@ -72,10 +72,12 @@ def capped(cmd: Sequence[str], mem_bytes: int | None) -> list[str]:
 
 def run_isolated(cmd: Sequence[str], timeout_s: float, mem_bytes: int | None = None,
                  env: dict | None = None, stdin_file: str | os.PathLike | None = None,
-                 stdout_file: str | os.PathLike | None = None) -> ProcResult:
+                 stdout_file: str | os.PathLike | None = None,
+                 on_start: Callable[[int], None] | None = None) -> ProcResult:
     """Run `cmd` in a new session, capped at `mem_bytes` of address space; kill the whole
     group on timeout. `stdin_file` / `stdout_file`: bytes from / to files (stdout is then
-    not captured)."""
+    not captured). `on_start` is called with the child's pid once it runs (the cap's
+    shell execs the command: the pid is the command's)."""
     if LIVE.closed:
         raise Interrupted("the tuner is stopping")
     with contextlib.ExitStack() as files:
@@ -85,6 +87,8 @@ def run_isolated(cmd: Sequence[str], timeout_s: float, mem_bytes: int | None = N
         proc = subprocess.Popen(capped(cmd, mem_bytes), stdin=fin, stdout=fout,
                                 stderr=subprocess.PIPE, text=True, errors="replace",
                                 start_new_session=True, env=env)
+        if on_start is not None:
+            on_start(proc.pid)
         return _wait(proc, timeout_s)
 
 

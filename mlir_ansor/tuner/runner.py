@@ -14,6 +14,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from mlir_ansor.tuner import mca
+from mlir_ansor.tuner.idle_caller import idle_caller as lower_caller
 from mlir_ansor.tuner.procs import ProcResult, run_isolated, signal_name
 from mlir_ansor.tuner.status import Status, is_out_of_memory
 from mlir_ansor.tuner.validation import outputs_match
@@ -85,6 +86,9 @@ class LocalRunner:
     # IREE's runtime device (`--device`): "" for the module's default (local-task on CPU:
     # a worker per core), "local-sync" runs a call on the caller's thread alone.
     device: str = ""
+    # Time with the tool's waiting main thread at idle priority (tuner/idle_caller.py):
+    # on local-task it otherwise takes CPU from the workers.
+    idle_caller: bool = True
 
     @property
     def _device_flags(self) -> list[str]:
@@ -138,7 +142,9 @@ class LocalRunner:
                f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
         if not quick and t.warmup_s > 0:
             cmd.append(f"--benchmark_min_warmup_time={t.warmup_s}")
-        res = run_isolated(cmd, self.timeout_s, self.mem_bytes)
+        lower = self.idle_caller and not self.launcher and self.device != "local-sync"
+        res = run_isolated(cmd, self.timeout_s, self.mem_bytes,
+                           on_start=lower_caller if lower else None)
         if res.timed_out or res.returncode != 0:
             return failure(res, self.timeout_s)
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
