@@ -384,7 +384,7 @@ def test_a_run_times_for_its_share_of_the_budget(monkeypatch, tmp_path):
 
     cmds = []
 
-    def fake(cmd, timeout_s, mem_bytes):
+    def fake(cmd, timeout_s, mem_bytes, on_start=None):
         cmds.append(cmd)
         out = {"benchmarks": [{"run_type": "iteration", "real_time": 2.0, "time_unit": "us"}]}
         return ProcResult(0, json.dumps(out), "", False)

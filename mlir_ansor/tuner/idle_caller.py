@@ -38,13 +38,15 @@ def _threads(pid: int) -> dict[str, str]:
     names = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return {}
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 names[tid] = f.read().strip()
-        except FileNotFoundError:  # the thread ended between the listing and the read
+        # The thread or the process ended between the listing and the read (ESRCH when
+        # the process is a zombie).
+        except (FileNotFoundError, ProcessLookupError):
             continue
     return names
 
