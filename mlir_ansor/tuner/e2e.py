@@ -75,8 +75,9 @@ def size_timing(cfg: MeasureConfig) -> MeasureConfig:
     return replace(cfg, repetitions=min(cfg.repetitions, SIZE_REPETITIONS),
                    min_time_s=cfg.min_time_s / 2, warmup_s=cfg.warmup_s / 2)
 # A static model whose tuned module takes less than this a call on local-task is also
-# timed on IREE's local-sync device (tools/call_floor.py: a call's floor there is 2-4 us
-# against 37-51 us on local-task on the 2-core VM; a ReLU of 0.8 MB 30 against 58 us).
+# timed on IREE's local-sync device (tools/call_floor.py on the 2-core Zen 5 VM with the
+# waiting caller at idle priority: a call's floor 1.7-3.0 us there against 11.9-14.2 us on
+# local-task; a ReLU of 0.8 MB 20.9 against 31.1 us).
 SYNC_PROBE_S = 2e-3
 SYNC_DEVICE = "local-sync"
 
