@@ -68,3 +68,20 @@ def test_failed_compile_is_reported_with_its_status(setup):
     tools, cfg, d, src, *_ = setup
     with pytest.raises(mc.CheckFailed, match="iree-compile exited with 1"):
         mc.build(tools, cfg, "bad flags", src, d, extra=["--no-such-iree-flag"])
+
+
+def test_the_suite_counts_the_flops_of_the_form_that_runs_only():
+    """bench_ops' GFLOP/s: a task of the form not handed back (Winograd's other form, a
+    packed layout's other form) is not the model's work."""
+    import bench_ops
+
+    report = {"tasks": [
+        {"MFLOP": "925.2", "weight": 1, "status": "tuned"},
+        {"MFLOP": "10.0", "weight": 2, "status": "default kept"},
+        {"MFLOP": "303.2", "weight": 1, "status": "only in the Winograd form: not handed back"},
+        {"MFLOP": "50.0", "weight": 1,
+         "status": "packed t3, in the direct form only: not handed back"},
+        {"MFLOP": "40.0", "weight": 1, "status": "packed t1: not used"},
+        {"MFLOP": "30.0", "weight": 1, "status": "replaced by a packed layout"},
+    ]}
+    assert bench_ops.model_flops(report, "m") == pytest.approx(945.2e6)
