@@ -6,6 +6,7 @@ report the same ratios on them, so a gain that only holds on what we tuned for s
   python -m mlir_ansor.tune tools/heldout_models.py:vit_block
   python -m mlir_ansor.tune tools/heldout_models.py:gpt2_block
   python -m mlir_ansor.tune tools/heldout_models.py:mbconv_block
+  python -m mlir_ansor.tune tools/heldout_models.py:efficientnet_b0 --search-minutes 8
 """
 from __future__ import annotations
 
@@ -56,23 +57,59 @@ class Gpt2Block(nn.Module):
 
 
 class MBConv(nn.Module):
-    """An EfficientNet-B0 MBConv block (stage 4: 40 -> 80 channels at 28x28, stride 2):
-    1x1 expand x6, 3x3 depthwise, squeeze-and-excitation, 1x1 project; SiLU, batch norm."""
+    """An EfficientNet-B0 MBConv block: 1x1 expand (skipped at ratio 1), k x k depthwise,
+    squeeze-and-excitation (a quarter of the block's input channels), 1x1 project; SiLU,
+    batch norm; the input added back where the shape is kept. The defaults are stage 4's
+    first block: 40 -> 80 channels at 28x28, stride 2."""
 
-    def __init__(self, cin: int = 40, cout: int = 80, expand: int = 6, stride: int = 2):
+    def __init__(self, cin: int = 40, cout: int = 80, expand: int = 6, stride: int = 2,
+                 kernel: int = 3):
         super().__init__()
         mid = cin * expand
-        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid),
-                                    nn.SiLU())
-        self.dw = nn.Sequential(nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False),
+        self.expand = (nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid),
+                                     nn.SiLU()) if expand != 1 else nn.Identity())
+        self.dw = nn.Sequential(nn.Conv2d(mid, mid, kernel, stride, kernel // 2, groups=mid,
+                                          bias=False),
                                 nn.BatchNorm2d(mid), nn.SiLU())
-        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, cin // 4, 1),
-                                nn.SiLU(), nn.Conv2d(cin // 4, mid, 1), nn.Sigmoid())
+        squeeze = max(1, cin // 4)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, squeeze, 1),
+                                nn.SiLU(), nn.Conv2d(squeeze, mid, 1), nn.Sigmoid())
         self.project = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.dw(self.expand(x))
-        return self.project(y * self.se(y))
+        y = self.project(y * self.se(y))
+        return x + y if self.residual else y
+
+
+# EfficientNet-B0's stages: (expand ratio, output channels, blocks, first stride, kernel).
+B0_STAGES = ((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3),
+             (6, 112, 3, 1, 5), (6, 192, 4, 2, 5), (6, 320, 1, 1, 3))
+
+
+class EfficientNetB0(nn.Module):
+    """EfficientNet-B0 (Tan & Le, 2019) at 224x224 for inference: a 3x3 stride-2 stem of
+    32 channels, the sixteen MBConv blocks of B0_STAGES, a 1x1 head of 1280, average
+    pooling and a 1000-way classifier (no dropout: eval)."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers = [nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32),
+                                nn.SiLU())]
+        cin = 32
+        for expand, cout, blocks, stride, kernel in B0_STAGES:
+            for i in range(blocks):
+                layers.append(MBConv(cin, cout, expand, stride if i == 0 else 1, kernel))
+                cin = cout
+        layers.append(nn.Sequential(nn.Conv2d(cin, 1280, 1, bias=False),
+                                    nn.BatchNorm2d(1280), nn.SiLU()))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(1280, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(
+            self.features(x), 1), 1))
 
 
 def _seeded() -> None:
@@ -94,4 +131,10 @@ def mbconv_block():
     return MBConv().eval(), (torch.randn(1, 40, 28, 28),)
 
 
-HELDOUT = {"vit_block": vit_block, "gpt2_block": gpt2_block, "mbconv_block": mbconv_block}
+def efficientnet_b0():
+    _seeded()
+    return EfficientNetB0().eval(), (torch.randn(1, 3, 224, 224),)
+
+
+HELDOUT = {"vit_block": vit_block, "gpt2_block": gpt2_block, "mbconv_block": mbconv_block,
+           "efficientnet_b0": efficientnet_b0}
