@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mlir_ansor.examples import calibrated
+
 
 class VitBlock(nn.Module):
     """A ViT-S/16 encoder block: 197 tokens (196 patches + class), width 384, 6 heads,
@@ -133,7 +135,8 @@ def mbconv_block():
 
 def efficientnet_b0():
     _seeded()
-    return EfficientNetB0().eval(), (torch.randn(1, 3, 224, 224),)
+    model, inputs = EfficientNetB0(), (torch.randn(1, 3, 224, 224),)
+    return calibrated(model, inputs), inputs
 
 
 HELDOUT = {"vit_block": vit_block, "gpt2_block": gpt2_block, "mbconv_block": mbconv_block,
