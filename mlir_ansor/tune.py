@@ -152,10 +152,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "across their vector lanes): auto where that leaves fewer such "
                         "reads (default), on, off (llvm-cpu)")
     p.add_argument("--winograd", choices=["auto", "on", "off"], default="auto",
-                   help="IREE computes 3x3 stride-1 f32 convolutions by Winograd F(6x6, "
-                        "3x3) (about 5x fewer multiplications; the batch matmuls it forms "
-                        "are tuned): auto where IREE's default build is clearly faster with "
-                        "it (default), on, off (llvm-cpu)")
+                   help="3x3 stride-1 f32 convolutions by Winograd F(6x6, 3x3), written "
+                        "out in linalg (about 5x fewer multiplications; its transforms and "
+                        "batch matmul are tuned): auto decides on the tuned forms end to end "
+                        "(default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "

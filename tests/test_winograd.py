@@ -1,14 +1,15 @@
 """3x3 convolutions by Winograd F(6x6, 3x3) (dialect_helpers/winograd.py): which sites are
-eligible, the marks, the layout file, the decision, and a tuning run that carries the
-flag to every build and tunes the batch matmul it forms."""
+eligible, the rewrite (its numbers against a direct convolution), the layout file, the
+decision, and tuning runs that tune the transforms and the batch matmul it forms."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_ATTR, WINOGRAD_FLAGS,
+from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_AT, WINOGRAD_BT, WINOGRAD_G,
                                                  WinogradError, winograd_sites,
                                                  with_winograd)
 from mlir_ansor.errors import UsageError
@@ -65,8 +66,19 @@ def test_only_3x3_stride_1_f32_static_convolutions_are_sites():
     assert [s.index for s in sites] == [0, 6]
     assert sites[0].signature.startswith("linalg.conv_2d_nhwc_hwcf(tensor<1x10x10x8xf32>")
     assert sites[1].signature.startswith("linalg.conv_2d_nchw_fchw(")
-    marked = with_winograd(text, [0, 6])
-    assert marked.count(WINOGRAD_ATTR) == 2
+    rewritten = with_winograd(text, [0, 6])
+    assert rewritten.count("linalg.batch_matmul") == 2
+    assert text.count("linalg.conv_2d") - rewritten.count("linalg.conv_2d") == 2
+    assert [s.index for s in winograd_sites(rewritten)] == []  # the others stay direct
+
+
+def test_the_matrices_compute_a_correlation():
+    rng = np.random.default_rng(0)
+    d, g = rng.standard_normal((8, 8)), rng.standard_normal((3, 3))
+    y = WINOGRAD_AT @ ((WINOGRAD_G @ g @ WINOGRAD_G.T) * (WINOGRAD_BT @ d @ WINOGRAD_BT.T)) \
+        @ WINOGRAD_AT.T
+    direct = np.array([[(d[a:a + 3, b:b + 3] * g).sum() for b in range(6)] for a in range(6)])
+    np.testing.assert_allclose(y, direct, atol=1e-12)
 
 
 ZERO_INIT = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf32>) -> tensor<1x8x8x16xf32> {
@@ -78,22 +90,41 @@ ZERO_INIT = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf3
 }"""
 
 
-def test_a_conv_into_zeros_is_only_marked():
-    sites = winograd_sites(ZERO_INIT)
-    marked = with_winograd(ZERO_INIT, [s.index for s in sites])
-    assert marked.count(WINOGRAD_ATTR) == 1 and "linalg.generic" not in marked
-    assert winograd_sites(marked) == sites  # a mark moves no op
+def _run(text: str, *args: np.ndarray) -> np.ndarray:
+    import iree.compiler as ic
+    import iree.runtime as rt
+    vmfb = ic.compile_str(text, target_backends=["llvm-cpu"],
+                          extra_args=["--iree-llvmcpu-target-cpu=generic"])
+    return rt.load_vm_flatbuffer(vmfb, driver="local-sync").main(*args).to_host()
 
 
-def test_a_conv_into_a_bias_accumulates_into_zeros_and_adds_it_after():
-    # IREE's rewrite drops the conv's init: the bias must be added after it.
-    text = _model(NHWC)
-    marked = with_winograd(text, [0])
-    assert "%1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<1x8x8x16xf32>)" in marked
-    assert "%3 = linalg.conv_2d_nhwc_hwcf {__winograd_conv" in marked
-    assert "outs(%1 : tensor<1x8x8x16xf32>)" in marked  # into zeros, not into %arg2
-    assert "%4 = linalg.generic" in marked and "ins(%3, %arg2 :" in marked
-    assert "arith.addf" in marked and "return %4 :" in marked  # the sum, not the conv
+@pytest.mark.parametrize("layout,image,channels", [
+    ("nhwc", 10, (8, 16)),   # 8x8 output: 2x2 tiles of 6, sliced back to 8x8
+    ("nhwc", 14, (3, 5)),    # 12x12: whole tiles; channels no vector fills
+    ("nchw", 11, (4, 8)),    # 9x9 output, channels-first
+])
+def test_the_rewrite_computes_the_convolution(layout, image, channels):
+    c, f = channels
+    o = image - 2
+    if layout == "nhwc":
+        x_t, w_t, o_t = (f"tensor<2x{image}x{image + 1}x{c}xf32>", f"tensor<3x3x{c}x{f}xf32>",
+                         f"tensor<2x{o}x{o + 1}x{f}xf32>")
+        name = "conv_2d_nhwc_hwcf"
+    else:
+        x_t, w_t, o_t = (f"tensor<2x{c}x{image}x{image + 1}xf32>", f"tensor<{f}x{c}x3x3xf32>",
+                         f"tensor<2x{f}x{o}x{o + 1}xf32>")
+        name = "conv_2d_nchw_fchw"
+    text = _model((name, x_t, w_t, o_t, 1, 1))
+    rewritten = with_winograd(text, [0])
+    assert "linalg.conv_2d" not in rewritten and "linalg.batch_matmul" in rewritten
+    # every map a projected permutation: no window map (d0 * 6 + d1) is left to vectorize
+    assert "* 6" not in rewritten
+    rng = np.random.default_rng(1)
+    shape = lambda t: [int(v) for v in t[7:-5].split("x")]
+    x, w, init = (rng.standard_normal(shape(t)).astype(np.float32) for t in (x_t, w_t, o_t))
+    direct, wino = _run(text, x, w, init), _run(rewritten, x, w, init)
+    # the bias (the conv's init) is added after the transforms
+    np.testing.assert_allclose(wino, direct, rtol=1e-4, atol=1e-4 * np.abs(direct).max())
 
 
 def test_a_site_that_is_not_eligible_is_an_error():
@@ -104,12 +135,11 @@ def test_a_site_that_is_not_eligible_is_an_error():
         with_winograd(text, [5])
 
 
-def test_the_layout_marks_the_sites_and_carries_the_flag(tmp_path):
+def test_the_layout_rewrites_the_sites_and_needs_no_flag(tmp_path):
     layout = ModelLayout(winograd_sites=(0,))
-    assert layout.flags == WINOGRAD_FLAGS and layout.changed
-    assert layout.codegen_flags == ()  # a task's own build starts after the rewrite
-    assert layout.apply(_model(NHWC, STRIDED)).count(WINOGRAD_ATTR) == 1
-    assert ModelLayout(winograd_sites=(0,), fold_transposes=True).flags[0] == WINOGRAD_FLAGS[0]
+    assert layout.flags == () and layout.changed
+    assert layout.codegen_flags == ()
+    assert layout.apply(_model(NHWC, STRIDED)).count("linalg.batch_matmul") == 1
     save_layout(tmp_path / "layout.json", layout)
     assert load_layout(tmp_path / "layout.json") == layout
     data = json.loads((tmp_path / "layout.json").read_text())
@@ -143,23 +173,22 @@ def test_a_tuning_run_with_winograd_tunes_its_batch_matmul(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     text = (out / "report.txt").read_text()
     assert "Winograd F(6x6, 3x3) of" in text and "on for 1 convolutions" in text, text
-    assert "iree_linalg_ext.winograd.input_transform): left to IREE" in text, text
     entry = next(iter(json.loads((out / "report.json").read_text())["e2e"].values()))
     assert entry["winograd_sites"] == list(load_layout(out / "layout.json").winograd_sites)
     assert len(entry["winograd_sites"]) == 1
-    # build.sh builds what is handed back: the Winograd form where the tuned module won
-    # end to end (timed: on this noisy VM it lost once), else IREE's default, flag-free.
-    build = (out / "build.sh").read_text()
-    assert (WINOGRAD_FLAGS[0] in build) == (entry["handed_back"] == "tuned"), entry
-    assert WINOGRAD_ATTR in (out / "model_tuned.mlir").read_text()
-    # 20x20 -> 4x4 tiles of 6x6: 64 matmuls of 16 tiles x 8 channels by 8 x 16.
-    ops = "".join(t["ops_mlir"] for t in json.loads((out / "tasks.json").read_text()))
+    assert "linalg.batch_matmul" in (out / "model_tuned.mlir").read_text()
+    # 20x20 -> 4x4 tiles of 6x6: 64 matmuls of 16 tiles x 8 channels by 8 x 16, and the
+    # transforms around it are tasks too (IREE folds the filter's on the constant weight).
+    tasks = json.loads((out / "tasks.json").read_text())
+    ops = "".join(t["ops_mlir"] for t in tasks)
     assert "linalg.batch_matmul" in ops and "tensor<64x16x8xf32>, tensor<64x8x16xf32>" in ops
+    assert "tensor<8x6xf32>" in ops and "tensor<6x8xf32>" in ops  # B^T's halves, A^T
+    assert len(tasks) >= 5, [t["ops_mlir"][:200] for t in tasks]
     res = tune_cli(f"{__file__}:make_conv", "--trials", "2", "--batch", "2",
                    "--winograd", "off", "--out", str(out / "off"), *QUICK_CLI)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Winograd" not in (out / "off" / "report.txt").read_text()
-    assert WINOGRAD_FLAGS[0] not in (out / "off" / "build.sh").read_text()
+    assert "linalg.batch_matmul" not in (out / "off" / "model_tuned.mlir").read_text()
 
 
 MATMUL_AFTER_CONV = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf32>,
@@ -172,13 +201,14 @@ MATMUL_AFTER_CONV = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3
 
 
 def test_data_tiled_sites_follow_their_contractions_into_the_other_form():
-    # Marking the biased conv adds a fill and an add before the matmul: its data-tiling
-    # site moves with it when the hand-back builds the form with Winograd the other way.
+    # The rewrite adds its transforms, batch matmul and the bias's add before the matmul:
+    # its data-tiling site moves with it when the hand-back builds the form with Winograd
+    # the other way; the rewrite's own contractions are no sites.
     marked = with_winograd(MATMUL_AFTER_CONV, [0])
     assert [s.index for s in hint_sites(MATMUL_AFTER_CONV)] == [1]
-    assert [s.index for s in hint_sites(marked)] == [3]
-    assert same_contractions(MATMUL_AFTER_CONV, marked, [1]) == (3,)
-    assert same_contractions(marked, MATMUL_AFTER_CONV, [3]) == (1,)
+    assert [s.index for s in hint_sites(marked)] == [15]
+    assert same_contractions(MATMUL_AFTER_CONV, marked, [1]) == (15,)
+    assert same_contractions(marked, MATMUL_AFTER_CONV, [15]) == (1,)
     with pytest.raises(DataTilingHintError, match="no contraction"):
         same_contractions(MATMUL_AFTER_CONV, marked, [0])
     with pytest.raises(DataTilingHintError, match="not have the same contractions"):
@@ -219,12 +249,10 @@ def test_with_winograd_auto_both_forms_are_tuned_and_the_faster_is_handed_back(t
     on = first_on != (then > now * TuneOptions().min_speedup)
     assert bool(entry["winograd_sites"]) == on, entry
     assert bool(load_layout(out / "layout.json").winograd_sites) == on
-    assert (WINOGRAD_ATTR in (out / "model_tuned.mlir").read_text()) == on
+    assert ("linalg.batch_matmul" in (out / "model_tuned.mlir").read_text()) == on
     text = (out / "report.txt").read_text()
     assert "the tuned model end to end: direct" in text, text
     assert "decided end to end on the tuned forms" in text, text
-    build = (out / "build.sh").read_text()
-    assert (WINOGRAD_FLAGS[0] in build) == (on and entry["handed_back"] == "tuned"), entry
     if on != first_on:  # the other form handed back: it has no packed weight
         first = "Winograd" if first_on else "direct"
         assert packed[0]["status"].endswith(f", in the {first} form only: not handed back"), \
@@ -237,8 +265,8 @@ def test_the_other_form_flips_winograd_and_moves_the_data_tiled_sites():
                        winograd=WinogradChoice(False, 1.0, 2.0, "slower", built=(0,)))
     other = flip_winograd(first, MATMUL_AFTER_CONV)
     assert other.winograd.on and other.winograd_sites == (0,)
-    assert other.tiled_sites == (3,)  # after the fill and the add of the split bias
-    assert other.layout().apply(MATMUL_AFTER_CONV).count(WINOGRAD_ATTR) == 1
+    assert other.tiled_sites == (15,)  # after the rewrite's ops and the split bias's add
+    assert other.layout().apply(MATMUL_AFTER_CONV).count("linalg.batch_matmul") == 1
     back = flip_winograd(other, MATMUL_AFTER_CONV)
     assert not back.winograd.on and back.winograd_sites == () and back.tiled_sites == (1,)
 

@@ -20,6 +20,7 @@ from typing import Sequence
 from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.linalg_info import generic_forms, is_contraction, linalg_ops
+from mlir_ansor.dialect_helpers.winograd import WINOGRAD_OP_ATTR
 from mlir_ansor.errors import AnsorError
 
 HINT_ATTR = "iree.opt.data_tiling"
@@ -36,7 +37,8 @@ class HintSite:
 
 
 def hint_sites(model_mlir: str) -> list[HintSite]:
-    """The contractions IREE's data tiling may take, in program order."""
+    """The contractions IREE's data tiling may take, in program order (not those of a
+    Winograd rewrite)."""
     with ir.Context():
         forms = generic_forms(model_mlir)
         if forms is None:
@@ -44,7 +46,7 @@ def hint_sites(model_mlir: str) -> list[HintSite]:
                                       "forms")
         return [HintSite(i, f"{op.name}({', '.join(str(v.type) for v in op.operands)})")
                 for i, (op, gen) in enumerate(zip(forms.ops, forms.generics))
-                if is_contraction(gen)]
+                if is_contraction(gen) and WINOGRAD_OP_ATTR not in op.attributes]
 
 
 def with_hints(model_mlir: str, sites: Sequence[int]) -> str:

@@ -18,10 +18,10 @@ is clearly faster (`choose_data_tiling`). Its data-tiled dispatches (encoded ten
 left to IREE; the others are tuned as usual, and every later build of the model (the
 end-to-end check, `build.sh`) passes the flag.
 
-Winograd (dialect_helpers/winograd.py): IREE rewrites the marked 3x3 stride-1 convolutions
-into Winograd F(6x6, 3x3) transforms around a batch matmul. Also a build choice taken on
-IREE's default builds timed side by side (`decide_winograd`); the batch matmuls are then
-tuned as tasks and the transforms left to IREE.
+Winograd (dialect_helpers/winograd.py): the chosen 3x3 stride-1 convolutions are rewritten
+into Winograd F(6x6, 3x3) in linalg: transform contractions around a batch matmul, all
+tuned as tasks. A build choice taken on IREE's default builds timed side by side
+(`decide_winograd`) and, where both forms are built, again on the tuned forms end to end.
 
 Small sizes of a dynamic model (dialect_helpers/small_sizes.py): the smallest sizes of
 one dynamic dimension get static branches whose contractions are padded to the branch's
@@ -56,7 +56,7 @@ from mlir_ansor.dialect_helpers.data_tiling_hints import with_hints
 from mlir_ansor.dialect_helpers.layout_rewrite import (LayoutRewriteError, PackSite,
                                                        find_sites, rewrite, site_signatures)
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
-from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS, with_winograd
+from mlir_ansor.dialect_helpers.winograd import with_winograd
 from mlir_ansor.errors import CompileError
 from mlir_ansor.tuner.e2e import compile_model, interleaved, module_times
 from mlir_ansor.tuner.measure import MeasureConfig, lower_quartile
@@ -93,21 +93,20 @@ class ModelLayout:
     small_sizes: SmallSizes | None = None
     fuse_pads: bool = False  # IREE fuses pads into their consumers' dispatches
     fold_transposes: bool = False  # constant weights' transposes folded, not propagated
-    # the 3x3 convolutions IREE computes by Winograd (dialect_helpers/winograd.py sites;
+    # the 3x3 convolutions computed by Winograd (dialect_helpers/winograd.py sites;
     # positions in the model after the activation layout)
     winograd_sites: tuple[int, ...] = ()
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags every build of the model in this layout needs."""
-        return ((WINOGRAD_FLAGS if self.winograd_sites else ())
-                + (FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
+        return ((FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
                 + (PAD_FUSION_FLAGS if self.fuse_pads else ())
                 + (DATA_TILING_FLAGS if self.data_tiling else ()))
 
     def apply(self, model_mlir: str) -> str:
         base = to_channels_last(model_mlir) if self.channels_last else model_mlir
-        if self.winograd_sites:  # (before the hints: their sites are found on the marked text)
+        if self.winograd_sites:  # (before the hints: their sites are found on the rewritten text)
             base = with_winograd(base, self.winograd_sites)
         if self.data_tiling:  # (no packed weights then: IREE packs the contractions')
             base = with_hints(base, self.tiled_sites)
@@ -322,16 +321,16 @@ def decide_fold_transposes(plain: Sequence[Task], folded: Sequence[Task], mode: 
 
 @dataclass(frozen=True)
 class WinogradChoice:
-    """Whether IREE computes 3x3 convolutions by Winograd (dialect_helpers/winograd.py),
+    """Whether 3x3 convolutions are computed by Winograd (dialect_helpers/winograd.py),
     on which sites, and IREE's default build without and with, timed side by side."""
 
     on: bool
     plain_s: float | None = None
     winograd_s: float | None = None
     why: str = ""  # why it was not taken, or not measured
-    sites: tuple[int, ...] = ()  # the convolutions marked
+    sites: tuple[int, ...] = ()  # the convolutions rewritten
     left: tuple[str, ...] = ()  # convolutions left out: "signature: why"
-    # The convolutions IREE built and checked with Winograd (the other form's, when off).
+    # The convolutions built and checked with Winograd (the other form's, when off).
     built: tuple[int, ...] = ()
     # The tuned model end to end, direct and by Winograd: speedups over IREE's default
     # (stages/hand_back.py; where both forms were tuned and built).

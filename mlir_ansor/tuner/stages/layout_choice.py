@@ -2,7 +2,7 @@
 channels-last unless IREE's default build of that form is clearly slower (timed side by
 side; always with --io-layout channels-last); pads fused into their consumers' dispatches
 with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
-IREE's default build is clearly faster with it; IREE's data tiling where its default build is clearly faster with it (at the size
+IREE's default build is clearly faster with it (else tuned as the other form); IREE's data tiling where its default build is clearly faster with it (at the size
 samples of a dynamic model); static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
@@ -23,7 +23,7 @@ from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, h
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, pack_tile
 from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
-from mlir_ansor.dialect_helpers.winograd import (WINOGRAD_FLAGS, WinogradError,
+from mlir_ansor.dialect_helpers.winograd import (WinogradError,
                                                  WinogradSite, winograd_sites, with_winograd)
 from mlir_ansor.errors import CompileError
 from mlir_ansor.targets import get_target
@@ -96,7 +96,6 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             wino, marked = winograd(state, m, base, sites, base_vmfb, flags)
         if marked is not None:
             base, flow, base_vmfb = marked
-            flags = (*WINOGRAD_FLAGS, *flags)
     if opts.pad_fusion == "on" and relayout and "tensor.pad" in base.read_text():
         with clock.stage("layout/pad fusion"):
             pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb, flags)
@@ -163,9 +162,9 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
 
 
 def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:
-    """`f` with Winograd the other way: on for the convolutions IREE built and checked it
-    with (`WinogradChoice.built`) where it is off, off where it is on; its data-tiled
-    contractions at their positions in that form (a marked conv with a bias adds ops).
+    """`f` with Winograd the other way: on for the convolutions built and checked with it
+    (`WinogradChoice.built`) where it is off, off where it is on; its data-tiled
+    contractions at their positions in that form (the rewrite adds ops).
     `model_text`: the model as imported. Its flow and dispatch keys are still `f`'s."""
     w = f.winograd
     on = not w.on
@@ -279,18 +278,18 @@ def all_or_groups(sites: Sequence, attempt: Callable[[str, tuple[int, ...]], T |
 def winograd(state: RunState, m: ModelIn, base: Path, sites: Sequence[WinogradSite],
              base_vmfb: Path, flags: tuple[str, ...] = ()
              ) -> tuple[WinogradChoice, tuple[Path, str, Path] | None]:
-    """Whether IREE computes `base`'s 3x3 stride-1 convolutions (`sites`) by Winograd,
-    and where it does, `base` with the marks (model_winograd.mlir), its flow-level module
-    and IREE's default build of it. Every eligible convolution is marked first; where IREE cannot
-    build that or it does not match torch, each group of one signature is tried alone and
-    the groups that work are marked together. The build must match torch on the example
+    """Whether `base`'s 3x3 stride-1 convolutions (`sites`) are computed by Winograd,
+    and where they are, `base` rewritten (model_winograd.mlir), its flow-level module
+    and IREE's default build of it. Every eligible convolution is rewritten first; where IREE
+    cannot build that or it does not match torch, each group of one signature is tried alone
+    and the groups that work are rewritten together. The build must match torch on the example
     (every size sample of a dynamic model); with --winograd auto it must also be clearly
     faster than `base_vmfb` (IREE's default build of `base`), timed side by side. `flags`:
     the form's build flags so far."""
     opts, tools = state.opts, state.tools
     text = base.read_text()
     work = m.dir / "e2e" / "winograd"
-    build_flags = (*WINOGRAD_FLAGS, *flags)
+    build_flags = flags
 
     def attempt(name: str, chosen: tuple[int, ...]) -> tuple[Path, str, Path, list] | str:
         src = work / f"{name}.mlir"

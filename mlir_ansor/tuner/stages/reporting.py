@@ -8,7 +8,6 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-from mlir_ansor.dialect_helpers.winograd import WINOGRAD_FLAGS
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
 from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
                                       winograd_form_name)
@@ -193,8 +192,8 @@ def layout_parts(state: RunState) -> list[str]:
         parts.append(f"Winograd F(6x6, 3x3) of {name} ({timed}"
                      + (f"on for {len(w.sites)} convolutions" + (f" ({w.why})" if w.why
                                                                    else "")
-                        + ": their batch matmuls are tasks, every build passes "
-                        + " ".join(WINOGRAD_FLAGS) if w.on else f"off: {w.why}")
+                        + ": their transforms and batch matmuls are tasks"
+                        if w.on else f"off: {w.why}")
                      + left + ")")
     for name, f in state.forms.items():
         p = f.pad_fusion
