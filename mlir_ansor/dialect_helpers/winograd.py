@@ -41,6 +41,10 @@ from mlir_ansor.dialect_helpers.linalg_info import linalg_ops
 from mlir_ansor.errors import AnsorError
 
 _CONVS = {"linalg.conv_2d_nhwc_hwcf": (0, 1), "linalg.conv_2d_nchw_fchw": (2, 3)}
+# Images whose 6x6 tiles overhang them by more are left direct: ResNet's 14x14 (1.65x the
+# area) and 7x7 (2.9x) keep under 2x of the 5x fewer multiplications, with few tiles for
+# the batch matmul's rows and transforms over the padded area; 56x56 and 28x28: 1.15x.
+MAX_TILE_WASTE = 1.5
 # On the rewrite's contractions: not data-tiling sites (data_tiling_hints), so that a
 # model's contractions stay the same in both forms, and the tuner tunes these itself.
 WINOGRAD_OP_ATTR = "__winograd"
@@ -99,6 +103,18 @@ def _eligible(op: ir.Operation) -> bool:
         return False  # (F(6x6, 3x3) loses too much precision below f32)
     kh, kw = (types[1].shape[d] for d in kernel_dims)
     return (kh, kw) == (3, 3)
+
+
+def _worth_it(op: ir.Operation) -> bool:
+    """An eligible convolution whose tiles do not overhang its image by much."""
+    nchw = op.name == "linalg.conv_2d_nchw_fchw"
+    oh, ow = op.results[0].type.shape[2:4] if nchw else op.results[0].type.shape[1:3]
+    return tile_waste(oh, ow) <= MAX_TILE_WASTE
+
+
+def tile_waste(oh: int, ow: int) -> float:
+    """The area whole 6x6 tiles compute over the output's (14x14: 18x18, 1.65)."""
+    return math.ceil(oh / 6) * math.ceil(ow / 6) * 36 / (oh * ow)
 
 
 def _zero_fill(value: ir.Value) -> bool:
@@ -291,12 +307,14 @@ def _rewrite(op: ir.Operation) -> None:
 
 
 def winograd_sites(model_mlir: str) -> list[WinogradSite]:
-    """The convolutions the Winograd rewrite takes, in program order."""
+    """The convolutions the Winograd rewrite is offered, in program order: those it can
+    take whose tiles overhang the image by at most MAX_TILE_WASTE (with_winograd takes
+    the others too, where asked)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)  # (must outlive its ops)
         ops = linalg_ops(module)
         return [WinogradSite(i, f"{op.name}({', '.join(str(v.type) for v in op.operands)})")
-                for i, op in enumerate(ops) if _eligible(op)]
+                for i, op in enumerate(ops) if _eligible(op) and _worth_it(op)]
 
 
 def with_winograd(model_mlir: str, sites: Sequence[int]) -> str:
