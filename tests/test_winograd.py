@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from mlir_ansor.dialect_helpers.winograd import (MAX_TILE_WASTE, WINOGRAD_AT, WINOGRAD_BT,
-                                                 WINOGRAD_G, WinogradError, tile_waste,
+from mlir_ansor.dialect_helpers.winograd import (MAX_TILE_WASTE, MIN_TILES, WINOGRAD_AT,
+                                                 WINOGRAD_BT, WINOGRAD_G, WinogradError,
+                                                 tile_waste,
                                                  winograd_sites, with_winograd)
 from mlir_ansor.errors import UsageError
 from mlir_ansor.tuner.driver import TuneOptions
@@ -60,20 +61,24 @@ DYNAMIC = ("conv_2d_nhwc_hwcf", "tensor<?x10x10x8xf32>", "tensor<3x3x8x16xf32>",
            "tensor<?x8x8x16xf32>", 1, 1)
 
 
-NHWC12 = ("conv_2d_nhwc_hwcf", "tensor<1x14x14x8xf32>", "tensor<3x3x8x16xf32>",
-          "tensor<1x12x12x16xf32>", 1, 1)
-NCHW12 = ("conv_2d_nchw_fchw", "tensor<1x8x14x14xf32>", "tensor<16x8x3x3xf32>",
-          "tensor<1x16x12x12xf32>", 1, 1)
+NHWC24 = ("conv_2d_nhwc_hwcf", "tensor<1x26x26x8xf32>", "tensor<3x3x8x16xf32>",
+          "tensor<1x24x24x16xf32>", 1, 1)
+NCHW14 = ("conv_2d_nchw_fchw", "tensor<2x8x16x16xf32>", "tensor<16x8x3x3xf32>",
+          "tensor<2x16x14x14xf32>", 1, 1)
+FEW_TILES = ("conv_2d_nhwc_hwcf", "tensor<1x16x16x8xf32>", "tensor<3x3x8x16xf32>",
+             "tensor<1x14x14x16xf32>", 1, 1)
 
 
 def test_only_3x3_stride_1_f32_static_convolutions_are_sites():
-    text = _model(NHWC12, STRIDED, DILATED, ONE_BY_ONE, F16, DYNAMIC, NCHW12, NHWC)
+    text = _model(NHWC24, STRIDED, DILATED, ONE_BY_ONE, F16, DYNAMIC, NCHW14, NHWC, FEW_TILES)
     sites = winograd_sites(text)
-    # (the last, 8x8, would compute 12x12 in whole tiles: 2.25x its area, not offered)
+    # Not offered: 8x8 would compute 12x12 in whole tiles (2.25x its area); one 14x14
+    # image makes 9 tiles (two make 18: offered).
     assert [s.index for s in sites] == [0, 6]
-    assert sites[0].signature.startswith("linalg.conv_2d_nhwc_hwcf(tensor<1x14x14x8xf32>")
+    assert sites[0].signature.startswith("linalg.conv_2d_nhwc_hwcf(tensor<1x26x26x8xf32>")
     assert sites[1].signature.startswith("linalg.conv_2d_nchw_fchw(")
-    assert tile_waste(8, 8) == 2.25 > MAX_TILE_WASTE >= tile_waste(56, 56) == 3600 / 3136
+    assert tile_waste(8, 8) == 2.25 > MAX_TILE_WASTE >= tile_waste(14, 14) == 324 / 196
+    assert MIN_TILES == 16
     rewritten = with_winograd(text, [0, 6])
     assert rewritten.count("linalg.batch_matmul") == 2
     assert text.count("linalg.conv_2d") - rewritten.count("linalg.conv_2d") == 2

@@ -41,10 +41,13 @@ from mlir_ansor.dialect_helpers.linalg_info import linalg_ops
 from mlir_ansor.errors import AnsorError
 
 _CONVS = {"linalg.conv_2d_nhwc_hwcf": (0, 1), "linalg.conv_2d_nchw_fchw": (2, 3)}
-# Images whose 6x6 tiles overhang them by more are left direct: ResNet's 14x14 (1.65x the
-# area) and 7x7 (2.9x) keep under 2x of the 5x fewer multiplications, with few tiles for
-# the batch matmul's rows and transforms over the padded area; 56x56 and 28x28: 1.15x.
-MAX_TILE_WASTE = 1.5
+# Offered where it is likely to pay: the 6x6 tiles overhang the image by at most 2x of its
+# area (7x7: 12x12, 2.9x, keeps under 1.7x of the 5x fewer multiplications; 14x14: 1.65x),
+# and there are at least 16 tiles, the rows of each of the batch matmul's 64 products
+# (ResNet-50's 14x14 convs at batch 1: 9; at batch 16: 144, where a tuned Winograd form
+# ran C2D-b16 1.5x faster than the tuned direct conv, results.md).
+MAX_TILE_WASTE = 2.0
+MIN_TILES = 16
 # On the rewrite's contractions: not data-tiling sites (data_tiling_hints), so that a
 # model's contractions stay the same in both forms, and the tuner tunes these itself.
 WINOGRAD_OP_ATTR = "__winograd"
@@ -106,10 +109,11 @@ def _eligible(op: ir.Operation) -> bool:
 
 
 def _worth_it(op: ir.Operation) -> bool:
-    """An eligible convolution whose tiles do not overhang its image by much."""
-    nchw = op.name == "linalg.conv_2d_nchw_fchw"
-    oh, ow = op.results[0].type.shape[2:4] if nchw else op.results[0].type.shape[1:3]
-    return tile_waste(oh, ow) <= MAX_TILE_WASTE
+    """An eligible convolution with enough tiles that do not overhang its image by much."""
+    shape = op.results[0].type.shape
+    oh, ow = shape[2:4] if op.name == "linalg.conv_2d_nchw_fchw" else shape[1:3]
+    tiles = shape[0] * math.ceil(oh / 6) * math.ceil(ow / 6)
+    return tile_waste(oh, ow) <= MAX_TILE_WASTE and tiles >= MIN_TILES
 
 
 def tile_waste(oh: int, ow: int) -> float:
@@ -308,8 +312,8 @@ def _rewrite(op: ir.Operation) -> None:
 
 def winograd_sites(model_mlir: str) -> list[WinogradSite]:
     """The convolutions the Winograd rewrite is offered, in program order: those it can
-    take whose tiles overhang the image by at most MAX_TILE_WASTE (with_winograd takes
-    the others too, where asked)."""
+    take with at least MIN_TILES tiles that overhang the image by at most MAX_TILE_WASTE
+    (with_winograd takes the others too, where asked)."""
     with ir.Context():
         module = ir.Module.parse(model_mlir)  # (must outlive its ops)
         ops = linalg_ops(module)
