@@ -47,8 +47,6 @@ def _model(*convs: tuple[str, str, str, str, int, int]) -> str:
 
 NHWC = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
         "tensor<1x8x8x16xf32>", 1, 1)
-NCHW = ("conv_2d_nchw_fchw", "tensor<1x8x10x10xf32>", "tensor<16x8x3x3xf32>",
-        "tensor<1x16x8x8xf32>", 1, 1)
 STRIDED = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
            "tensor<1x4x4x16xf32>", 2, 1)
 DILATED = ("conv_2d_nhwc_hwcf", "tensor<1x10x10x8xf32>", "tensor<3x3x8x16xf32>",
@@ -138,6 +136,25 @@ def test_the_rewrite_computes_the_convolution(layout, image, channels):
     direct, wino = _run(text, x, w, init), _run(rewritten, x, w, init)
     # the bias (the conv's init) is added after the transforms
     np.testing.assert_allclose(wino, direct, rtol=1e-4, atol=1e-4 * np.abs(direct).max())
+
+
+def test_a_conv_into_a_bias_adds_it_after_the_output_transform():
+    text = _model(NHWC)
+    rewritten = with_winograd(text, [0])
+    # after the batch matmul: the output transforms, the 8x8 image sliced from 2x2 tiles
+    # of 6x6, then the conv's old init (%arg2) added to it and returned
+    tail = rewritten[rewritten.index("linalg.batch_matmul"):]
+    assert "tensor.extract_slice" in tail and "to tensor<1x8x8x16xf32>" in tail
+    add = tail[tail.index("to tensor<1x8x8x16xf32>"):]
+    assert "linalg.generic" in add and "%arg2 : tensor<1x8x8x16xf32>" in add, add
+    assert "arith.addf" in add and "return %" in add
+    # the zero fill the conv accumulated into went with it: every op pairs with its
+    # generic form (data tiling's sites and packing need that)
+    from iree.compiler import ir
+
+    from mlir_ansor.dialect_helpers.linalg_info import generic_forms
+    with ir.Context():
+        assert generic_forms(rewritten) is not None
 
 
 def test_a_site_that_is_not_eligible_is_an_error():
