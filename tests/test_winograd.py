@@ -92,15 +92,6 @@ def test_the_matrices_compute_a_correlation():
     np.testing.assert_allclose(y, direct, atol=1e-12)
 
 
-ZERO_INIT = """func.func @main(%x: tensor<1x10x10x8xf32>, %w: tensor<3x3x8x16xf32>) -> tensor<1x8x8x16xf32> {
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x8x8x16xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x16xf32>) -> tensor<1x8x8x16xf32>
-  %r = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%x, %w : tensor<1x10x10x8xf32>, tensor<3x3x8x16xf32>) outs(%f : tensor<1x8x8x16xf32>) -> tensor<1x8x8x16xf32>
-  return %r : tensor<1x8x8x16xf32>
-}"""
-
-
 def _run(text: str, *args: np.ndarray) -> np.ndarray:
     import iree.compiler as ic
     import iree.runtime as rt

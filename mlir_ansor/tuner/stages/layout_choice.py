@@ -2,8 +2,9 @@
 channels-last unless IREE's default build of that form is clearly slower (timed side by
 side; always with --io-layout channels-last); pads fused into their consumers' dispatches
 with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
-IREE's default build is clearly faster with it (else tuned as the other form); IREE's data tiling where its default build is clearly faster with it (at the size
-samples of a dynamic model); static branches for the smallest sizes of a dynamic model
+IREE's default build is clearly faster with it (else tuned as the other form); IREE's data
+tiling where its default build is clearly faster with it (at the size samples of a dynamic
+model); static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
 (`layouts`).
