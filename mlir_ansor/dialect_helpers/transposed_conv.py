@@ -23,6 +23,8 @@ from iree.compiler.dialects import arith, linalg, tensor
 
 from mlir_ansor.dialect_helpers.activation_layout import transposed
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
+from mlir_ansor.dialect_helpers.tensor_building import (defining, is_zero_fill, padded,
+                                                        reassociation, sliced)
 
 # Channels-first convs by rank of their spatial part (torch-mlir's import of conv{1,2,3}d).
 _CONVS = {"linalg.conv_1d_ncw_fcw": linalg.conv_1d_ncw_fcw,
@@ -55,32 +57,13 @@ def _ints(attr: ir.Attribute) -> list[int]:
     return [int(x) for x in ir.DenseIntElementsAttr(attr)]
 
 
-def _defining(value: ir.Value) -> ir.Operation | None:
-    """The op that defines `value` (None for a block argument)."""
-    owner = value.owner
-    if isinstance(owner, ir.OpView):
-        owner = owner.operation
-    return owner if isinstance(owner, ir.Operation) else None
-
-
-def _is_zero_fill(value: ir.Value) -> bool:
-    owner = _defining(value)
-    if owner is None or owner.name != "linalg.fill":
-        return False
-    src = _defining(owner.operands[0])
-    if src is None or src.name != "arith.constant":
-        return False
-    attr = src.attributes["value"]
-    return isinstance(attr, ir.FloatAttr) and attr.value == 0.0
-
-
 def _spread_input(conv: ir.Operation) -> ir.Operation | None:
     """The `tensor.insert_slice` that spreads the input of `conv` with zeros, if it has
     one that this rewrite can take (static shapes, unit strides on batch and channels)."""
-    owner = _defining(conv.operands[0])
+    owner = defining(conv.operands[0])
     if owner is None or owner.name != "tensor.insert_slice":
         return None
-    if len(owner.operands) != 2 or not _is_zero_fill(owner.operands[1]):
+    if len(owner.operands) != 2 or not is_zero_fill(owner.operands[1]):
         return None  # dynamic offsets / sizes / strides, or not into zeros
     strides = list(ir.DenseI64ArrayAttr(owner.attributes["static_strides"]))
     if strides[:2] != [1, 1] or all(s == 1 for s in strides[2:]):
@@ -94,39 +77,12 @@ def _spread_input(conv: ir.Operation) -> ir.Operation | None:
     return owner
 
 
-def _slice(value: ir.Value, offsets: list[int], sizes: list[int],
-           strides: list[int]) -> ir.Value:
-    t = ir.RankedTensorType(value.type)
-    result = ir.RankedTensorType.get(sizes, t.element_type)
-    return tensor.extract_slice(result, value, [], [], [], offsets, sizes, strides)
-
-
 def _slice_reduced(value: ir.Value, offsets: list[int], sizes: list[int],
                    shape: list[int]) -> ir.Value:
     """A unit-stride slice of `value` with its unit leading dims dropped (`shape`)."""
     t = ir.RankedTensorType(value.type)
     return tensor.extract_slice(ir.RankedTensorType.get(shape, t.element_type), value, [],
                                 [], [], offsets, sizes, [1] * len(sizes))
-
-
-def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, k) for k in g])
-                             for g in groups])
-
-
-def _padded(value: ir.Value, low: list[int], high: list[int]) -> ir.Value:
-    """`value` with zeros around it (itself where nothing is added)."""
-    if not any(low) and not any(high):
-        return value
-    t = ir.RankedTensorType(value.type)
-    shape = [n + lo + hi for n, lo, hi in zip(t.shape, low, high)]
-    pad = tensor.PadOp(ir.RankedTensorType.get(shape, t.element_type), value, [], [], low,
-                       high)
-    block = pad.region.blocks.append(*[ir.IndexType.get()] * len(shape))
-    with ir.InsertionPoint(block):
-        tensor.YieldOp(arith.constant(t.element_type, 0.0))
-    return pad.result
 
 
 def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
@@ -162,10 +118,10 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
         # strided slice).
         jmax = [-(-w_shape[2 + i] // strides[i]) for i in range(nd)]
         w_split_shape = [*w_shape[:2], *(v for i in range(nd) for v in (jmax[i], strides[i]))]
-        w_p = _padded(w, [0] * (2 + nd),
+        w_p = padded(w, [0] * (2 + nd),
                       [0, 0, *(jmax[i] * strides[i] - w_shape[2 + i] for i in range(nd))])
         w_t = transposed(tensor.expand_shape(ir.RankedTensorType.get(w_split_shape, et), w_p,
-                                             _reassociation(groups), [], w_split_shape),
+                                             reassociation(groups), [], w_split_shape),
                          perm)
         stacked = tensor.EmptyOp([*strides, *part_shape], et).result
         combos: list[list[_Phase]] = [[]]
@@ -180,7 +136,7 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
                 low = [0, 0, *(max(0, -p.d) for p in combo)]
                 high = [0, 0, *(max(0, q[i] + p.taps - 1 + p.d - x_shape[2 + i])
                                 for i, p in enumerate(combo))]
-                x_part = _slice(_padded(x, low, high),
+                x_part = sliced(padded(x, low, high),
                                 [0, 0, *(p.d + lo for p, lo in zip(combo, low[2:]))],
                                 [*x_shape[:2], *(q[i] + p.taps - 1
                                                  for i, p in enumerate(combo))],
@@ -195,16 +151,16 @@ def _decompose(conv: ir.Operation, spread: ir.Operation) -> None:
                                           [1] * len(sizes))
         merged = tensor.collapse_shape(
             ir.RankedTensorType.get([*lead, *(q[i] * strides[i] for i in range(nd))], et),
-            transposed(stacked, back), _reassociation(groups))
-        result = _slice(merged, [0] * (2 + nd), list(o_shape), [1] * (2 + nd))
-        if not _is_zero_fill(init):  # what the conv accumulated into (a bias): added after
+            transposed(stacked, back), reassociation(groups))
+        result = sliced(merged, [0] * (2 + nd), list(o_shape), [1] * (2 + nd))
+        if not is_zero_fill(init):  # what the conv accumulated into (a bias): added after
             added = linalg.elementwise(result, init,
                                        outs=[tensor.EmptyOp(list(o_shape), et).result],
                                        kind=linalg.ElementwiseKind.add)
             result = added if isinstance(added, ir.Value) else added.results[0]
     conv.results[0].replace_all_uses_with(result)
     conv.erase()
-    fill = _defining(spread.operands[1])
+    fill = defining(spread.operands[1])
     for op in (spread, fill):  # the zero-spread input, unless something else reads it
         if op is not None and not any(True for _ in op.results[0].uses):
             op.erase()

@@ -38,6 +38,8 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
 from mlir_ansor.dialect_helpers.linalg_info import linalg_ops
+from mlir_ansor.dialect_helpers.tensor_building import (defining, is_zero_fill, padded,
+                                                        reassociation, sliced, zeros)
 from mlir_ansor.errors import AnsorError
 
 _CONVS = {"linalg.conv_2d_nhwc_hwcf": (0, 1), "linalg.conv_2d_nchw_fchw": (2, 3)}
@@ -121,21 +123,6 @@ def tile_waste(oh: int, ow: int) -> float:
     return math.ceil(oh / 6) * math.ceil(ow / 6) * 36 / (oh * ow)
 
 
-def _zero_fill(value: ir.Value) -> bool:
-    """Whether `value` is a linalg.fill of the constant 0.0."""
-    owner = value.owner
-    if not isinstance(owner, ir.Operation):
-        owner = getattr(owner, "operation", None)
-    if owner is None or owner.name != "linalg.fill":
-        return False
-    scalar = owner.operands[0].owner
-    scalar = getattr(scalar, "operation", scalar)
-    if not isinstance(scalar, ir.Operation) or scalar.name != "arith.constant":
-        return False
-    attr = scalar.attributes["value"]
-    return isinstance(attr, ir.FloatAttr) and attr.value == 0.0
-
-
 def _split_init(op: ir.Operation) -> None:
     """`op` accumulates into a zero fill; a generic after it adds its old init."""
     init = op.operands[2]
@@ -144,8 +131,7 @@ def _split_init(op: ir.Operation) -> None:
     identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
     parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with ir.InsertionPoint(op), op.location:
-        zero = arith.ConstantOp(et, ir.FloatAttr.get(et, 0.0))
-        fill = linalg.fill(zero.result, outs=[tensor.EmptyOp(t.shape, et).result])
+        fill = zeros(t.shape, et)
         add = linalg.GenericOp([t], [op.results[0], init], [tensor.EmptyOp(t.shape, et).result],
                                ir.ArrayAttr.get([identity] * 3),
                                ir.ArrayAttr.get([parallel] * rank))
@@ -165,11 +151,6 @@ def _constant(m: np.ndarray, et: ir.Type) -> ir.Value:
     return arith.ConstantOp(t, ir.DenseElementsAttr.get(a, type=t)).result
 
 
-def _zeros(shape: Sequence[int], et: ir.Type) -> ir.Value:
-    zero = arith.ConstantOp(et, ir.FloatAttr.get(et, 0.0)).result
-    return linalg.fill(zero, outs=[tensor.EmptyOp(list(shape), et).result])
-
-
 def _dims(n_loops: int, dims: Sequence[int]) -> ir.AffineMapAttr:
     return ir.AffineMapAttr.get(ir.AffineMap.get(
         n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims]))
@@ -186,7 +167,7 @@ def _contraction(terms: Sequence[Sequence[tuple[ir.Value, Sequence[int]]]],
     kinds = ["parallel"] * (n_loops - 1) + ["reduction"]
     out_t = ir.RankedTensorType.get(list(out_shape), et)
     op = linalg.GenericOp(
-        [out_t], ins, [_zeros(out_shape, et)], ir.ArrayAttr.get(maps),
+        [out_t], ins, [zeros(out_shape, et)], ir.ArrayAttr.get(maps),
         ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds]))
     op.operation.attributes[WINOGRAD_OP_ATTR] = ir.UnitAttr.get()
     body = op.regions[0].blocks.append(*([et] * (len(ins) + 1)))
@@ -200,29 +181,16 @@ def _contraction(terms: Sequence[Sequence[tuple[ir.Value, Sequence[int]]]],
     return op.result
 
 
-def _slice(v: ir.Value, offsets: Sequence[int], sizes: Sequence[int],
-           et: ir.Type) -> ir.Value:
-    t = ir.RankedTensorType.get(list(sizes), et)
-    return tensor.ExtractSliceOp(t, v, [], [], [], list(offsets), list(sizes),
-                                 [1] * len(sizes)).result
-
-
-def _groups(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g])
-                             for g in groups])
-
-
 def _expand(v: ir.Value, shape: Sequence[int], groups: Sequence[Sequence[int]],
             et: ir.Type) -> ir.Value:
     return tensor.ExpandShapeOp(ir.RankedTensorType.get(list(shape), et), v,
-                                _groups(groups), [], list(shape)).result
+                                reassociation(groups), [], list(shape)).result
 
 
 def _collapse(v: ir.Value, shape: Sequence[int], groups: Sequence[Sequence[int]],
               et: ir.Type) -> ir.Value:
     return tensor.CollapseShapeOp(ir.RankedTensorType.get(list(shape), et), v,
-                                  _groups(groups)).result
+                                  reassociation(groups)).result
 
 
 def _rewrite(op: ir.Operation) -> None:
@@ -245,30 +213,26 @@ def _rewrite(op: ir.Operation) -> None:
         # The input zero-padded to TH+1 x TW+1 blocks of 6x6 (the last tile's next block).
         ph, pw = (th + 1) * 6, (tw + 1) * 6
         high = [0, 0, ph - hp, pw - wp] if nchw else [0, ph - hp, pw - wp, 0]
-        pad = tensor.PadOp(ir.RankedTensorType.get(
-            [n, c, ph, pw] if nchw else [n, ph, pw, c], et), x, [], [], [0] * 4, high)
-        block = pad.regions[0].blocks.append(*([ir.IndexType.get()] * 4))
-        with ir.InsertionPoint(block):
-            tensor.YieldOp(arith.ConstantOp(et, ir.FloatAttr.get(et, 0.0)).result)
+        pad = padded(x, [0] * 4, high)
         if nchw:  # [N, C, TH+1, 6, TW+1, 6]
-            blocks = _expand(pad.result, [n, c, th + 1, 6, tw + 1, 6],
+            blocks = _expand(pad, [n, c, th + 1, 6, tw + 1, 6],
                              [[0], [1], [2, 3], [4, 5]], et)
-            own = _slice(blocks, [0] * 6, [n, c, th, 6, tw + 1, 6], et)
-            nxt = _slice(blocks, [0, 0, 1, 0, 0, 0], [n, c, th, 6, tw + 1, 6], et)
+            own = sliced(blocks, [0] * 6, [n, c, th, 6, tw + 1, 6])
+            nxt = sliced(blocks, [0, 0, 1, 0, 0, 0], [n, c, th, 6, tw + 1, 6])
             x_dims = (0, 5, 1, 6, 3, 4)
         else:  # [N, TH+1, 6, TW+1, 6, C]
-            blocks = _expand(pad.result, [n, th + 1, 6, tw + 1, 6, c],
+            blocks = _expand(pad, [n, th + 1, 6, tw + 1, 6, c],
                              [[0], [1, 2], [3, 4], [5]], et)
-            own = _slice(blocks, [0] * 6, [n, th, 6, tw + 1, 6, c], et)
-            nxt = _slice(blocks, [0, 1, 0, 0, 0, 0], [n, th, 6, tw + 1, 6, c], et)
+            own = sliced(blocks, [0] * 6, [n, th, 6, tw + 1, 6, c])
+            nxt = sliced(blocks, [0, 1, 0, 0, 0, 0], [n, th, 6, tw + 1, 6, c])
             x_dims = (0, 1, 6, 3, 4, 5)
         # Rows, A[n, th, i, tw', m, c]; loops (n, th, i, tw', m, c | k).
         rows = _contraction([[(bt_own, (2, 6)), (own, x_dims)],
                              [(bt_next, (2, 6)), (nxt, x_dims)]],
                             [n, th, 8, tw + 1, 6, c], 7, et)
         # Columns, V[i, j, n, th, tw, c]; loops (i, j, n, th, tw, c | m).
-        own = _slice(rows, [0] * 6, [n, th, 8, tw, 6, c], et)
-        nxt = _slice(rows, [0, 0, 0, 1, 0, 0], [n, th, 8, tw, 6, c], et)
+        own = sliced(rows, [0] * 6, [n, th, 8, tw, 6, c])
+        nxt = sliced(rows, [0, 0, 0, 1, 0, 0], [n, th, 8, tw, 6, c])
         v = _contraction([[(own, (2, 3, 0, 4, 6, 5)), (bt_own, (1, 6))],
                           [(nxt, (2, 3, 0, 4, 6, 5)), (bt_next, (1, 6))]],
                          [8, 8, n, th, tw, c], 7, et)
@@ -278,7 +242,7 @@ def _rewrite(op: ir.Operation) -> None:
         half = _contraction([[(g, (0, 4)), (w, w_dims)]], [8, 3, c, f], 5, et)
         u = _contraction([[(half, (0, 4, 2, 3)), (g, (1, 4))]], [8, 8, c, f], 5, et)
         u = _collapse(u, [64, c, f], [[0, 1], [2], [3]], et)
-        m = linalg.batch_matmul(v, u, outs=[_zeros([64, tiles, f], et)])
+        m = linalg.batch_matmul(v, u, outs=[zeros([64, tiles, f], et)])
         m.owner.attributes[WINOGRAD_OP_ATTR] = ir.UnitAttr.get()
         m = _expand(m, [8, 8, n, th, tw, f], [[0, 1], [2, 3, 4], [5]], et)
         # Output rows, R[n, th, a, tw, j, f]; loops (n, th, a, tw, j, f | i).
@@ -295,18 +259,18 @@ def _rewrite(op: ir.Operation) -> None:
             y = _collapse(y, [n, th * 6, tw * 6, f], [[0], [1, 2], [3, 4], [5]], et)
             image = [n, oh, ow, f]
         if (th * 6, tw * 6) != (oh, ow):
-            y = _slice(y, [0] * 4, image, et)
-    init = op.operands[2].owner
+            y = sliced(y, [0] * 4, image)
+    init = defining(op.operands[2])
     op.results[0].replace_all_uses_with(y)
     op.erase()
     # The zero fill the convolution accumulated into (and its empty tensor) are dead now:
     # erased, so that the model's linalg ops pair with their generic forms (a pass that
     # generalizes drops dead ops).
-    while isinstance(init, ir.OpView) and init.operation.name in ("linalg.fill", "tensor.empty"):
+    while init is not None and init.name in ("linalg.fill", "tensor.empty"):
         if any(True for _ in init.results[0].uses):
             break
-        nxt = init.operands[-1].owner if init.operation.name == "linalg.fill" else None
-        init.operation.erase()
+        nxt = defining(init.operands[-1]) if init.name == "linalg.fill" else None
+        init.erase()
         init = nxt
 
 
@@ -335,7 +299,7 @@ def with_winograd(model_mlir: str, sites: Sequence[int]) -> str:
                 raise WinogradError(f"Winograd site {i} is a {ops[i].name}, not a 3x3 "
                                     "stride-1 f32 convolution with static shapes")
         for i in sites:
-            if not _zero_fill(ops[i].operands[2]):
+            if not is_zero_fill(ops[i].operands[2]):
                 _split_init(ops[i])
             _rewrite(ops[i])
         if not module.operation.verify():
