@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, geomean_speedup,
-                                        latency_requirements, weighted_latency)
+from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, faster_form,
+                                        geomean_speedup, latency_requirements, summed,
+                                        weighted_latency)
 
 
 def make(cfg, weights, initial, flops=None, groups=None, objective=None):
@@ -29,7 +30,8 @@ def simulate(sched, curves, rounds):
 def test_objectives():
     g = {"a": 1.0, "b": 2.0}
     assert weighted_latency({"a": 3, "b": 1})(g) == 5.0
-    models = {"m1": {"a": 1}, "m2": {"a": 1, "b": 1}}
+    models = {"m1": weighted_latency({"a": 1}), "m2": weighted_latency({"a": 1, "b": 1})}
+    assert summed(models)(g) == 1.0 + 3.0
     assert latency_requirements(models, {"m1": 2.0, "m2": 1.0})(g) == 2.0 + 3.0
     assert geomean_speedup(models, {"m1": 2.0, "m2": 6.0})(g) == pytest.approx(-2.0)
 
@@ -122,7 +124,8 @@ def test_cli_objectives_see_each_model_with_its_own_weights():
     tasks = (SimpleNamespace(key="k1", weight=2, tunable=True),
              SimpleNamespace(key="k2", weight=3, tunable=True))
     state = SimpleNamespace(tunable=tasks, usage={"k1": {"A": 2}, "k2": {"A": 1, "B": 2}},
-                            forms={"A": None, "B": None}, defaults={"k1": 1.0, "k2": 2.0})
+                            forms={"A": SimpleNamespace(winograd_other=None),
+                                   "B": SimpleNamespace(winograd_other=None)}, defaults={"k1": 1.0, "k2": 2.0})
     g = {"k1": 0.5, "k2": 1.0}  # A: 2*0.5 + 1*1.0 = 2.0 s; B: 2*1.0 = 2.0 s
 
     def f(name, **kw):
@@ -135,3 +138,62 @@ def test_cli_objectives_see_each_model_with_its_own_weights():
     assert objective(state)(g) == pytest.approx(3.0 + 3.0)  # both under the requirement
     # f3: defaults A = 2*1 + 1*2 = 4 s, B = 2*2 = 4 s: both 2x faster -> -2
     assert f("f3") == pytest.approx(-2.0)
+
+
+def test_a_model_in_two_forms_costs_about_its_faster_form():
+    """The hand-back keeps the faster form: the soft minimum is within spread * log 2 of
+    the minimum, and its slope goes to the form ahead (about a quarter to a form 10%
+    behind, next to nothing to one 50% behind)."""
+    lat = faster_form({"d": 1}, {"w": 1}, spread=0.1)
+    assert lat({"d": 1.0, "w": 5.0}) == pytest.approx(1.0, abs=1e-6)
+    assert 1.0 - 0.1 * math.log(2) - 1e-9 <= lat({"d": 1.0, "w": 1.0}) < 1.0
+
+    def slopes(d, w, h=1e-6):
+        base = lat({"d": d, "w": w})
+        return ((lat({"d": d + h, "w": w}) - base) / h, (lat({"d": d, "w": w + h}) - base) / h)
+
+    ahead, behind = slopes(1.0, 1.1)
+    assert 0.2 < behind / (ahead + behind) < 0.3
+    assert slopes(1.0, 1.5)[1] < 0.01
+    with pytest.raises(ValueError, match="spread"):
+        faster_form({"d": 1}, {"w": 1}, spread=0.0)
+
+
+def test_the_trials_go_to_the_form_that_will_be_handed_back():
+    """Two forms of one model, a shared task "s"; the other form's tasks "w1", "w2"
+    improve well past the first form's "d": after the warm-up the scheduler spends the
+    trials on the faster form, not evenly over both (the sum of all tasks would)."""
+    curves = {"s": lambda n: 0.1, "d": lambda n: 1.0 / (1 + 0.05 * n),
+              "w1": lambda n: 0.3 / (1 + 0.3 * n), "w2": lambda n: 0.3 / (1 + 0.3 * n)}
+    initial = {"s": 0.1, "d": 1.0, "w1": 0.6, "w2": 0.6}
+    weights = dict.fromkeys(curves, 1)
+    two = summed({"m": faster_form({"s": 1, "d": 1}, {"s": 1, "w1": 1, "w2": 1})})
+    spent = simulate(make(SchedulerConfig(eps=0.0), weights, initial, objective=two),
+                     curves, 40)
+    assert spent["d"] <= 2 and spent["w1"] + spent["w2"] >= 20
+    both = simulate(make(SchedulerConfig(eps=0.0), weights, initial), curves, 40)
+    assert both["d"] >= 15
+
+
+def test_a_model_tuned_in_two_forms_is_one_soft_minimum_in_the_objective():
+    """--winograd auto: the first form's tasks ("s", "d") and the other form's ("s" kept,
+    "d" replaced by two calls of "w") make one model latency, the softer minimum of the
+    two forms', not the sum of every task."""
+    from types import SimpleNamespace
+
+    from mlir_ansor.tuner.layouts import Alternative
+    from mlir_ansor.tuner.stages.searching import objective
+
+    tasks = tuple(SimpleNamespace(key=k, weight=1, tunable=True) for k in ("s", "d", "w"))
+    other = SimpleNamespace(alternative=Alternative((), (("d", 1),), (("w", 2),)))
+    state = SimpleNamespace(
+        tunable=tasks, usage={"s": {"A": 1}, "d": {"A": 1}, "w": {"A": 2}},
+        forms={"A": SimpleNamespace(winograd_other=other, plain_keys=frozenset({"s", "d"}))},
+        defaults={"s": 1.0, "d": 1.0, "w": 1.0},
+        opts=SimpleNamespace(objective="f1", latency_requirement_s=0.0))
+    f = objective(state)
+    # first form 0.1 + 1.0, other 0.1 + 2 * 0.1: the other form's latency, hardly softened
+    assert f({"s": 0.1, "d": 1.0, "w": 0.1}) == pytest.approx(0.3, rel=1e-6)
+    assert f({"s": 0.1, "d": 0.2, "w": 1.0}) == pytest.approx(0.3, rel=1e-6)
+    even = f({"s": 0.1, "d": 0.2, "w": 0.1})
+    assert 0.3 * (1 - 0.1 * math.log(2)) - 1e-9 <= even < 0.3

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 Objective = Callable[[Mapping[str, float]], float]  # best latency per task key -> cost
+Latency = Callable[[Mapping[str, float]], float]  # best latency per task key -> a model's
 
 
 def weighted_latency(weights: Mapping[str, float]) -> Objective:
@@ -29,22 +30,51 @@ def weighted_latency(weights: Mapping[str, float]) -> Objective:
     return lambda g: sum(weights[k] * g[k] for k in weights)
 
 
-ModelWeights = Mapping[str, Mapping[str, float]]  # model -> task key -> calls per inference
+# A model tuned in two forms (Winograd on and off) hands back the faster one end to end.
+# Its latency is a soft minimum of the two: the form behind by FORM_SPREAD of the faster
+# one's latency still gets about a quarter of the weight (the choice is made later on
+# noisy end-to-end timings, and a form behind early may catch up), one 30% behind about
+# 5%, so the trials go to the form that will run instead of being split evenly.
+FORM_SPREAD = 0.1
 
 
-def latency_requirements(models: ModelWeights, requirement_s: Mapping[str, float]) -> Objective:
+def faster_form(first: Mapping[str, float], other: Mapping[str, float],
+                spread: float = FORM_SPREAD) -> Latency:
+    """The latency of a model with two forms (calls per inference of each task in each),
+    the faster of which is handed back: softmin with temperature `spread` * the faster."""
+    if spread <= 0:
+        raise ValueError(f"the spread of a soft minimum must be positive, not {spread}")
+
+    def latency(g: Mapping[str, float]) -> float:
+        a = sum(n * g[k] for k, n in first.items())
+        b = sum(n * g[k] for k, n in other.items())
+        low = min(a, b)
+        if not math.isfinite(low) or low <= 0:
+            return low
+        t = spread * low
+        return low - t * math.log(math.exp((low - a) / t) + math.exp((low - b) / t))
+    return latency
+
+
+ModelLatencies = Mapping[str, Latency]  # model -> its latency from the tasks' best
+
+
+def summed(models: ModelLatencies) -> Objective:
+    """f1 over several models (or one model with two forms): the sum of their latencies."""
+    return lambda g: sum(f(g) for f in models.values())
+
+
+def latency_requirements(models: ModelLatencies, requirement_s: Mapping[str, float]
+                         ) -> Objective:
     """f2: several models, each only until it meets its latency requirement:
-    sum over models of max(latency(model), requirement). A task shared by models counts
-    with each model's own calls."""
-    return lambda g: sum(max(sum(n * g[k] for k, n in ws.items()), requirement_s[m])
-                         for m, ws in models.items())
+    sum over models of max(latency(model), requirement)."""
+    return lambda g: sum(max(f(g), requirement_s[m]) for m, f in models.items())
 
 
-def geomean_speedup(models: ModelWeights, reference_s: Mapping[str, float]) -> Objective:
+def geomean_speedup(models: ModelLatencies, reference_s: Mapping[str, float]) -> Objective:
     """f3: maximize the geometric mean over models of reference / latency (minimize -it)."""
     def f(g):
-        logs = [math.log(reference_s[m] / sum(n * g[k] for k, n in ws.items()))
-                for m, ws in models.items()]
+        logs = [math.log(reference_s[m] / lat(g)) for m, lat in models.items()]
         return -math.exp(sum(logs) / len(logs))
     return f
 

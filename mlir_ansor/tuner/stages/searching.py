@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from mlir_ansor.tuner.evolution import SharedEvolution
 from mlir_ansor.tuner.policies import make_policy
 from mlir_ansor.tuner.records import Record, RecordStore, best_by_task
 from mlir_ansor.tuner.reporters import Measured, TrialsPlanned
-from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, geomean_speedup,
-                                        latency_requirements, weighted_latency)
+from mlir_ansor.tuner.scheduler import (Latency, SchedulerConfig, TaskScheduler, faster_form,
+                                        geomean_speedup, latency_requirements, summed,
+                                        weighted_latency)
 from mlir_ansor.tuner.search import (SearchConfig, iree_seeds, kernel_seeds, loop_signature,
                                      tune_tasks, with_hints, with_seeds)
 from mlir_ansor.tuner.stages.state import RunState
@@ -71,19 +73,36 @@ def starting_model(state: RunState) -> tuple[xgb.Booster | None, str]:
     return None, "; ".join(["cost model: trained from this run's records only"] + skipped)
 
 
+def model_latencies(state: RunState) -> dict[str, Latency]:
+    """Per model, its latency from its tasks' best: the calls of each of its tunable tasks
+    summed, or where it is tuned in two forms (--winograd auto), the soft minimum of the
+    two forms' (scheduler.faster_form): the hand-back keeps one of them."""
+    tunable = {t.key for t in state.tunable}
+    out: dict[str, Latency] = {}
+    for name, f in state.forms.items():
+        ws = {k: n for k, n in ((k, state.usage[k].get(name)) for k in tunable) if n}
+        if f.winograd_other is None:
+            out[name] = weighted_latency(ws)
+            continue
+        alt = f.winograd_other.alternative
+        only_other = {k for k, _ in alt.added} - f.plain_keys
+        first = Counter({k: n for k, n in ws.items() if k not in only_other})
+        other = first - Counter(dict(alt.removed)) + Counter(dict(alt.added))
+        out[name] = faster_form(dict(first), {k: n for k, n in other.items() if k in tunable})
+    return out
+
+
 def objective(state: RunState):
     """f1-f4 of the paper over the models (f4: f1 with early stopping)."""
     opts = state.opts
-    weights = {t.key: t.weight for t in state.tunable}
+    per_model = model_latencies(state)
     if opts.objective in ("f1", "f4"):
-        return weighted_latency(weights)
-    per_model = {name: {k: state.usage[k][name] for k in weights if name in state.usage[k]}
-                 for name in state.forms}
+        return summed(per_model)
     if opts.objective == "f2":
         return latency_requirements(per_model, dict.fromkeys(per_model,
                                                              opts.latency_requirement_s))
-    reference = {name: sum(n * (state.defaults.get(k) or 0.0) for k, n in ws.items()) or 1.0
-                 for name, ws in per_model.items()}
+    defaults = {k: state.defaults.get(k) or 0.0 for k in (t.key for t in state.tunable)}
+    reference = {name: lat(defaults) or 1.0 for name, lat in per_model.items()}
     return geomean_speedup(per_model, reference)
 
 
