@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
-from mlir_ansor.tuner import idle_caller, measure as M
+from mlir_ansor.tuner import idle_caller, measure as M, runner as R
 from mlir_ansor.tuner.status import INTERNAL_ERRORS, Status
 from mlir_ansor.tuner.tasks import extract_tasks
 from mlir_ansor.tuner.validation import outputs_match
@@ -171,6 +171,36 @@ def test_slow_candidates_are_timed_once(mm_measurer):
     finally:
         mm_measurer.best_s, mm_measurer.best_at = None, saved
     assert all(r.status == "ok" and len(r.samples_s) == 1 for r in recs)
+
+
+def test_a_candidate_as_fast_as_the_best_is_not_cut_off_by_a_cold_first_call(mm_measurer):
+    """The quick look that cuts slow candidates off is warm: a fresh process's first call
+    of a small dispatch ran over 3x its warm time, so every candidate of a small task was
+    recorded at its cold time once the task had a best (a 0.09 ms dispatch at 0.40 ms)."""
+    prog = _programs(mm_measurer, 1, seed=3)
+    saved = (mm_measurer.best_s, dict(mm_measurer.best_at))
+    try:
+        first = mm_measurer.measure(prog)[0]
+        assert first.status == "ok"
+        mm_measurer.best_s = first.latency_s  # the cutoff: 3x what this program takes
+        mm_measurer.best_at = {pt.label: first.latency_s for pt in mm_measurer.points}
+        again = [mm_measurer.measure(prog)[0] for _ in range(3)]
+    finally:
+        mm_measurer.best_s, mm_measurer.best_at = saved
+    # Timed in full (not cut off) at least twice of three: noise may push one over.
+    assert sum(len(r.samples_s) == mm_measurer.cfg.repetitions for r in again) >= 2, \
+        [(r.latency_s, r.samples_s) for r in again]
+
+
+def test_quick_looks_warm_up_and_full_timings_repeat():
+    t = R.Timing(repetitions=4, min_time_s=0.05, warmup_s=0.1, quick_warmup_s=0.02,
+                 quick_min_time_s=0.005)
+    assert R.benchmark_flags(t, quick=True) == [
+        "--benchmark_repetitions=1", "--benchmark_min_time=0.005s",
+        "--benchmark_min_warmup_time=0.02"]
+    assert R.benchmark_flags(t, share=0.5) == [
+        "--benchmark_repetitions=4", "--benchmark_min_time=0.025s",
+        "--benchmark_min_warmup_time=0.1"]
 
 
 def test_batch_matmul_with_transposing_consumer_compiles_and_validates(tools, tmp_path):

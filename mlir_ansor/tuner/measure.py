@@ -121,8 +121,8 @@ def run_outputs(tools: Toolchain, vmfb: Path, inputs: Sequence[Path], n_out: int
 
 def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
               cfg: MeasureConfig, quick: bool = False) -> tuple[list[float] | None, str]:
-    """Times of `cfg.repetitions` runs (each at least `cfg.min_time_s`); `quick`: one run of
-    one iteration."""
+    """Times of `cfg.repetitions` runs (each at least `cfg.min_time_s`); `quick`: one short
+    warm repetition (runner.benchmark_flags)."""
     res = cfg.runner(tools).benchmark(vmfb, inputs, quick)
     return (list(res.samples_s), "") if res.status == Status.OK else (None, res.error)
 

@@ -27,6 +27,12 @@ class Timing:
     # Untimed runs first: the first repetitions of a fresh process run up to 2x slower
     # (thread pool and caches warming up).
     warmup_s: float = 0.1
+    # The quick look that decides whether a candidate is clearly slow (RunInput.
+    # slow_cutoff_s) is warm too: a fresh process's first call of a 0.09 ms dispatch took
+    # 0.40 ms (page faults, thread pool start), over 3x the best, so every candidate of a
+    # small task after its first good one was cut off and recorded at its cold time.
+    quick_warmup_s: float = 0.02
+    quick_min_time_s: float = 0.005
 
 
 @dataclass(frozen=True)
@@ -133,15 +139,10 @@ class LocalRunner:
                   quick: bool = False, share: float = 1.0) -> RunResult:
         """`timing.repetitions` timed repetitions (each at least `timing.min_time_s` x
         `share`); `quick`: one repetition of one iteration."""
-        t = self.timing
-        reps, min_time = (1, "1x") if quick else (t.repetitions,
-                                                  f"{t.min_time_s * share:.6g}s")
         cmd = [*self.launcher, self.benchmark_tool, f"--module={artifact}", "--function=main",
                *self._device_flags,
                *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",
-               f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"]
-        if not quick and t.warmup_s > 0:
-            cmd.append(f"--benchmark_min_warmup_time={t.warmup_s}")
+               *benchmark_flags(self.timing, quick, share)]
         lower = self.idle_caller and not self.launcher and self.device != "local-sync"
         res = run_isolated(cmd, self.timeout_s, self.mem_bytes,
                            on_start=lower_caller if lower else None)
@@ -165,6 +166,20 @@ class LocalRunner:
             if first.status != Status.OK or first.samples_s[0] > item.slow_cutoff_s:
                 return first
         return self.benchmark(item.artifact, item.inputs, share=item.timing_share)
+
+
+def benchmark_flags(t: Timing, quick: bool = False, share: float = 1.0) -> list[str]:
+    """The benchmark tool's repetition and warm-up flags: `t.repetitions` of at least
+    `t.min_time_s` x `share` after `t.warmup_s` of untimed calls; `quick`: one short
+    repetition after a short warm-up (never a cold first call)."""
+    if quick:
+        reps, min_time, warmup = 1, t.quick_min_time_s, t.quick_warmup_s
+    else:
+        reps, min_time, warmup = t.repetitions, t.min_time_s * share, t.warmup_s
+    flags = [f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time:.6g}s"]
+    if warmup > 0:
+        flags.append(f"--benchmark_min_warmup_time={warmup:.6g}")
+    return flags
 
 
 def asm_dir(artifact: Path) -> Path:
