@@ -9,6 +9,8 @@ writes curves.png.
   python tools/tuning_curve.py --workload matmul --policy evolution --trials 300
   python tools/tuning_curve.py --workload conv --policy evolution --trials 64 \
       --cost-model model.json    # a saved cost model as the start (run: evolution-model)
+  python tools/tuning_curve.py --workload matmul --policy evolution --trials 64 \
+      --kernel-seeds     # the target's register-tile seeds first (run: evolution+seeds)
   python tools/tuning_curve.py --report
 
 The task's key is written to OUT/WORKLOAD/task_key.txt, so a model can be trained without
@@ -34,7 +36,7 @@ from mlir_ansor.tuner.cost_model import load_booster
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Record, RecordStore
-from mlir_ansor.tuner.search import SearchConfig, round_robin
+from mlir_ansor.tuner.search import SearchConfig, kernel_seeds, round_robin, with_seeds
 from mlir_ansor.tuner.policies import POLICIES, make_policy
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from mlir_ansor.tuner.toolchain import Toolchain
@@ -133,6 +135,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_out/curves"))
     ap.add_argument("--cost-model", type=Path, metavar="MODEL",
                     help="start the evolutionary search from this saved cost model")
+    ap.add_argument("--kernel-seeds", action="store_true",
+                    help="measure the target's register-tile seed programs first, as "
+                         "`mlir_ansor.tune --kernel-seeds` does (run name gets +seeds)")
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     if args.report:
@@ -145,6 +150,7 @@ def main() -> int:
     base = load_booster(args.cost_model, host().device_kind, same_arch=True) \
         if args.cost_model else None
     run = f"{args.policy}-{args.cost_model.stem}" if args.cost_model else args.policy
+    run += "+seeds" if args.kernel_seeds else ""
     tools, cfg = Toolchain.find(), MeasureConfig()
     wdir = args.out / args.workload
     m = prepare(args.workload, wdir, tools, cfg, args.seed)
@@ -159,7 +165,8 @@ def main() -> int:
     round_robin([m.task], {m.task.key: m}, store,
                 SearchConfig(trials=left, batch=args.batch, seed=args.seed), records,
                 lambda t, r: print(f"\r{len(records)} trials", end="", flush=True),
-                make_policy(args.policy, base))
+                with_seeds(make_policy(args.policy, base),
+                           *([kernel_seeds] if args.kernel_seeds else [])))
     print()
     report(args.out)
     return 0
