@@ -175,25 +175,55 @@ def test_the_trials_go_to_the_form_that_will_be_handed_back():
     assert both["d"] >= 15
 
 
-def test_a_model_tuned_in_two_forms_is_one_soft_minimum_in_the_objective():
-    """--winograd auto: the first form's tasks ("s", "d") and the other form's ("s" kept,
-    "d" replaced by two calls of "w") make one model latency, the softer minimum of the
-    two forms', not the sum of every task."""
+def _two_form_state(monkeypatch, calls_first, calls_other, defaults):
+    """A model in two forms whose flows dispatch `calls_first` / `calls_other` (task key ->
+    calls per inference; tasks of both forms tunable)."""
+    from collections import Counter
     from types import SimpleNamespace
 
     from mlir_ansor.tuner.layouts import Alternative
+    from mlir_ansor.tuner.stages import searching
+
+    flows = {"FIRST": Counter(calls_first), "OTHER": Counter(calls_other)}
+    monkeypatch.setattr(searching, "dispatch_calls", lambda flow: Counter(flows[flow]))
+    keys = sorted(set(calls_first) | set(calls_other))
+    usage = {k: {"A": calls_other.get(k) or calls_first[k]} for k in keys}  # as merge_tasks
+    other = SimpleNamespace(alternative=Alternative((), (), ()),
+                            forms=SimpleNamespace(flow="OTHER"))
+    return SimpleNamespace(
+        tunable=tuple(SimpleNamespace(key=k, weight=1, tunable=True) for k in keys),
+        usage=usage, defaults=defaults,
+        forms={"A": SimpleNamespace(winograd_other=other, flow="FIRST")},
+        opts=SimpleNamespace(objective="f1", latency_requirement_s=0.0))
+
+
+def test_a_model_tuned_in_two_forms_is_one_soft_minimum_in_the_objective(monkeypatch):
+    """--winograd auto: the first form's tasks ("s" once, "d" called 4 times) and the other
+    form's ("s" 3 times, "w" twice) make one model latency, the soft minimum of the two
+    forms' latencies counted in calls of each form's own flow, not the sum of every task."""
     from mlir_ansor.tuner.stages.searching import objective
 
-    tasks = tuple(SimpleNamespace(key=k, weight=1, tunable=True) for k in ("s", "d", "w"))
-    other = SimpleNamespace(alternative=Alternative((), (("d", 1),), (("w", 2),)))
-    state = SimpleNamespace(
-        tunable=tasks, usage={"s": {"A": 1}, "d": {"A": 1}, "w": {"A": 2}},
-        forms={"A": SimpleNamespace(winograd_other=other, plain_keys=frozenset({"s", "d"}))},
-        defaults={"s": 1.0, "d": 1.0, "w": 1.0},
-        opts=SimpleNamespace(objective="f1", latency_requirement_s=0.0))
+    state = _two_form_state(monkeypatch, {"s": 1, "d": 4}, {"s": 3, "w": 2},
+                            {"s": 1.0, "d": 1.0, "w": 1.0})
     f = objective(state)
-    # first form 0.1 + 1.0, other 0.1 + 2 * 0.1: the other form's latency, hardly softened
-    assert f({"s": 0.1, "d": 1.0, "w": 0.1}) == pytest.approx(0.3, rel=1e-6)
-    assert f({"s": 0.1, "d": 0.2, "w": 1.0}) == pytest.approx(0.3, rel=1e-6)
-    even = f({"s": 0.1, "d": 0.2, "w": 0.1})
+    # first 0.1 + 4 * 1.0 = 4.1, other 3 * 0.1 + 2 * 0.1 = 0.5: hardly softened
+    assert f({"s": 0.1, "d": 1.0, "w": 0.1}) == pytest.approx(0.5, rel=1e-6)
+    # first 0.1 + 4 * 0.05 = 0.3, other 0.3 + 2 * 1.0
+    assert f({"s": 0.1, "d": 0.05, "w": 1.0}) == pytest.approx(0.3, rel=1e-6)
+    even = f({"s": 0.1, "d": 0.05, "w": 0.0})  # both 0.3
     assert 0.3 * (1 - 0.1 * math.log(2)) - 1e-9 <= even < 0.3
+
+
+def test_a_task_without_a_default_time_does_not_sink_its_form(monkeypatch):
+    """A task IREE's default gave no time for starts at a 1 s guess: counted beside the
+    soft minimum, so the other tasks of its form still compete."""
+    from mlir_ansor.tuner.stages.searching import objective
+
+    state = _two_form_state(monkeypatch, {"s": 1, "d": 1}, {"s": 1, "w": 1, "x": 1},
+                            {"s": 1.0, "d": 1.0, "w": 1.0})  # "x": none
+    f = objective(state)
+    g = {"s": 0.1, "d": 0.5, "w": 0.2, "x": 1.0}
+    # other form (0.3, and x apart) ahead of the first (0.6): its "w" keeps its slope
+    h = 1e-6
+    assert (f({**g, "w": 0.2 + h}) - f(g)) / h > 0.9
+    assert f(g) == pytest.approx(0.3 + 1.0, rel=1e-3)

@@ -42,8 +42,9 @@ class RunInput:
     reference: tuple[Path, ...] = ()  # expected outputs; empty: do not validate
     magnitude: tuple[Path, ...] = ()  # per-element magnitude bound of each output
     time: bool = True
-    # Timed once when its first run is slower than this (its exact latency changes no
-    # decision, and slow candidates would otherwise take most of the tuning time).
+    # Timed once when its quick look (a short warm repetition) is slower than this (its
+    # exact latency changes no decision, and slow candidates would otherwise take most of
+    # the tuning time).
     slow_cutoff_s: float | None = None
     # This run's part of the timing budget (`Timing.min_time_s` scaled by it; the warm-up
     # is not): a dynamic task's size samples split one candidate's budget between them.
@@ -138,7 +139,7 @@ class LocalRunner:
     def benchmark(self, artifact: Path, inputs: Sequence[Path],
                   quick: bool = False, share: float = 1.0) -> RunResult:
         """`timing.repetitions` timed repetitions (each at least `timing.min_time_s` x
-        `share`); `quick`: one repetition of one iteration."""
+        `share`); `quick`: one short warm repetition (`benchmark_flags`)."""
         cmd = [*self.launcher, self.benchmark_tool, f"--module={artifact}", "--function=main",
                *self._device_flags,
                *[f"--input=@{p}" for p in inputs], "--benchmark_format=json",

@@ -1,6 +1,8 @@
 """Tasks: one per distinct dispatch IREE forms for a model (deduplicated, weighted)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import hashlib
 import re
 from dataclasses import dataclass, replace
@@ -147,6 +149,15 @@ def tagged_dispatches(flow_text: str) -> list[tuple[str, str, object]]:
 def dispatch_keys(flow_text: str) -> list[str]:
     """The task key of every executable, in program order (not deduplicated)."""
     return [k for k, _ in _keyed_dispatches(flow_text)]
+
+
+def dispatch_calls(flow_text: str) -> Counter[str]:
+    """Calls per inference of each task key of a flow-level module (an executable IREE
+    formed once may be dispatched several times: `dispatch_keys` counts it once)."""
+    calls: Counter[str] = Counter()
+    for key, d in _keyed_dispatches(flow_text):
+        calls[key] += d.weight
+    return calls
 
 
 def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:

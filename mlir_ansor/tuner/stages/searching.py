@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from mlir_ansor.tuner.scheduler import (Latency, SchedulerConfig, TaskScheduler,
 from mlir_ansor.tuner.search import (SearchConfig, iree_seeds, kernel_seeds, loop_signature,
                                      tune_tasks, with_hints, with_seeds)
 from mlir_ansor.tuner.stages.state import RunState
-from mlir_ansor.tuner.tasks import Task
+from mlir_ansor.tuner.tasks import Task, dispatch_calls
 
 
 def load_records(state: RunState) -> tuple[list[Record], RecordStore]:
@@ -76,7 +75,10 @@ def starting_model(state: RunState) -> tuple[xgb.Booster | None, str]:
 def model_latencies(state: RunState) -> dict[str, Latency]:
     """Per model, its latency from its tasks' best: the calls of each of its tunable tasks
     summed, or where it is tuned in two forms (--winograd auto), the soft minimum of the
-    two forms' (scheduler.faster_form): the hand-back keeps one of them."""
+    two forms' (scheduler.faster_form; calls per inference counted in each form's own
+    flow): the hand-back keeps one of them. A task with no IREE default time starts at a
+    guess (1 s) that would make its form look far behind: it is counted beside the soft
+    minimum, not in it."""
     tunable = {t.key for t in state.tunable}
     out: dict[str, Latency] = {}
     for name, f in state.forms.items():
@@ -84,12 +86,19 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
         if f.winograd_other is None:
             out[name] = weighted_latency(ws)
             continue
-        alt = f.winograd_other.alternative
-        only_other = {k for k, _ in alt.added} - f.plain_keys
-        first = Counter({k: n for k, n in ws.items() if k not in only_other})
-        other = first - Counter(dict(alt.removed)) + Counter(dict(alt.added))
-        out[name] = faster_form(dict(first), {k: n for k, n in other.items() if k in tunable})
+        first, other = dispatch_calls(f.flow), dispatch_calls(f.winograd_other.forms.flow)
+        # Packed weights' dispatches (not in either flow) are the first form's alone.
+        first.update({k: n for k, n in ws.items() if k not in first and k not in other})
+        unknown = {k for k in tunable if not state.defaults.get(k)}
+        apart = {k: n for k, n in first.items() if k in unknown}
+        apart.update({k: max(n, apart.get(k, 0)) for k, n in other.items() if k in unknown})
+        pick = lambda c: {k: n for k, n in c.items() if k in tunable and k not in unknown}
+        out[name] = _plus(faster_form(pick(first), pick(other)), weighted_latency(apart))
     return out
+
+
+def _plus(a: Latency, b: Latency) -> Latency:
+    return lambda g: a(g) + b(g)
 
 
 def objective(state: RunState):
