@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from mlir_ansor.tuner.scheduler import (SchedulerConfig, TaskScheduler, faster_form,
+from mlir_ansor.tuner.scheduler import (FORM_SPREAD, SchedulerConfig, TaskScheduler, faster_form,
                                         geomean_speedup, latency_requirements, summed,
                                         weighted_latency)
 
@@ -211,7 +211,7 @@ def test_a_model_tuned_in_two_forms_is_one_soft_minimum_in_the_objective(monkeyp
     # first 0.1 + 4 * 0.05 = 0.3, other 0.3 + 2 * 1.0
     assert f({"s": 0.1, "d": 0.05, "w": 1.0}) == pytest.approx(0.3, rel=1e-6)
     even = f({"s": 0.1, "d": 0.05, "w": 0.0})  # both 0.3
-    assert 0.3 * (1 - 0.1 * math.log(2)) - 1e-9 <= even < 0.3
+    assert 0.3 * (1 - FORM_SPREAD * math.log(2)) - 1e-9 <= even < 0.3
 
 
 def test_a_task_without_a_default_time_does_not_sink_its_form(monkeypatch):
@@ -226,4 +226,31 @@ def test_a_task_without_a_default_time_does_not_sink_its_form(monkeypatch):
     # other form (0.3, and x apart) ahead of the first (0.6): its "w" keeps its slope
     h = 1e-6
     assert (f({**g, "w": 0.2 + h}) - f(g)) / h > 0.9
-    assert f(g) == pytest.approx(0.3 + 1.0, rel=1e-3)
+    assert f(g) == pytest.approx(0.3 + 1.0, abs=0.01)
+
+
+def test_a_form_behind_after_its_first_round_still_gets_trials_to_catch_up():
+    """`make tune`'s block, simulated: after one round the Winograd form's tasks sum to
+    1.3x the direct conv, yet a few rounds later to 0.75x (IREE's kernels for them are
+    3-5x slower than tuned ones). The scheduler must not write that form off after its
+    first round (at a spread of 0.1 it got no further trial)."""
+    def curve(first, tuned):
+        return lambda n: tuned + (first - tuned) / n ** 1.5
+
+    curves = {"d": curve(0.55, 0.50)}  # the direct conv, close to its best at once
+    winograd = {"w1": (0.34, 0.07), "w2": (0.07, 0.065), "w3": (0.21, 0.16),
+                "w4": (0.06, 0.055), "w5": (0.05, 0.045)}
+    curves.update({k: curve(*v) for k, v in winograd.items()})
+    initial = {"d": 0.58, "w1": 0.34, "w2": 0.4, "w3": 0.21, "w4": 0.09, "w5": 0.07}
+    weights = dict.fromkeys(curves, 1)
+
+    def run(spread):
+        two = summed({"m": faster_form({"d": 1}, dict.fromkeys(winograd, 1), spread)})
+        spent = simulate(make(SchedulerConfig(eps=0.0), weights, initial, objective=two),
+                         curves, 24)
+        return spent, sum(curves[k](max(spent[k], 1)) for k in winograd)
+
+    spent, wino = run(FORM_SPREAD)
+    assert wino < 0.5 and spent["w1"] >= 3, spent
+    starved, _ = run(0.1)
+    assert starved["w1"] == 1, starved

@@ -32,10 +32,13 @@ def weighted_latency(weights: Mapping[str, float]) -> Objective:
 
 # A model tuned in two forms (Winograd on and off) hands back the faster one end to end.
 # Its latency is a soft minimum of the two: the form behind by FORM_SPREAD of the faster
-# one's latency still gets about a quarter of the weight (the choice is made later on
-# noisy end-to-end timings, and a form behind early may catch up), one 30% behind about
-# 5%, so the trials go to the form that will run instead of being split evenly.
-FORM_SPREAD = 0.1
+# one's latency still gets about a quarter of the weight, one twice as far behind about a
+# tenth, so most trials go to the form that will run instead of being split evenly. Wide,
+# because a form's latency after one round per task is a rough guess: on `make tune`'s
+# block the Winograd form's tasks, one round in, summed to 1.3x the direct form's, and
+# 0.75x after a few (IREE's kernels for its transforms are 3-5x slower than tuned ones);
+# at 0.1 that form got no trial after its first round.
+FORM_SPREAD = 0.3
 
 
 def faster_form(first: Mapping[str, float], other: Mapping[str, float],
