@@ -1,10 +1,9 @@
 """Tasks: one per distinct dispatch IREE forms for a model (deduplicated, weighted)."""
 from __future__ import annotations
 
-from collections import Counter
-
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
