@@ -148,7 +148,9 @@ def prepared_measurer(tools: Toolchain, workdir: Path, payload: str) -> TaskMeas
     (workdir / "m.mlir").write_text(payload)
     task = [t for t in extract_tasks(flow_source(workdir / "m.mlir", "llvm-cpu", tools, 120))
             if t.tunable][0]
-    m = TaskMeasurer(task, workdir / "tasks", tools, MeasureConfig(repetitions=2, min_time_s=0.01))
+    # One timing process per candidate: tests/test_measure.py tests the spread on its own.
+    cfg = MeasureConfig(repetitions=2, min_time_s=0.01, spread_processes=1)
+    m = TaskMeasurer(task, workdir / "tasks", tools, cfg)
     m.prepare()
     return m
 

@@ -390,7 +390,7 @@ def test_a_run_times_for_its_share_of_the_budget(monkeypatch, tmp_path):
         return ProcResult(0, json.dumps(out), "", False)
 
     monkeypatch.setattr(rn, "run_isolated", fake)
-    r = rn.LocalRunner("run", "bench", timing=rn.Timing(5, 0.05, 0.1))
+    r = rn.LocalRunner("run", "bench", timing=rn.Timing(5, 0.05, 0.1, spread_processes=1))
     for share in (1.0, 0.2):
         res = r.run(rn.RunInput(tmp_path / "m.vmfb", (), timing_share=share))
         assert res.latency_s == pytest.approx(2e-6)

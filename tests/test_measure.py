@@ -195,12 +195,92 @@ def test_a_candidate_as_fast_as_the_best_is_not_cut_off_by_a_cold_first_call(mm_
 def test_quick_looks_warm_up_and_full_timings_repeat():
     t = R.Timing(repetitions=4, min_time_s=0.05, warmup_s=0.1, quick_warmup_s=0.02,
                  quick_min_time_s=0.005)
-    assert R.benchmark_flags(t, quick=True) == [
+    assert R.benchmark_flags(t, "quick") == [
         "--benchmark_repetitions=1", "--benchmark_min_time=0.005s",
         "--benchmark_min_warmup_time=0.02"]
     assert R.benchmark_flags(t, share=0.5) == [
         "--benchmark_repetitions=4", "--benchmark_min_time=0.025s",
         "--benchmark_min_warmup_time=0.1"]
+    assert R.benchmark_flags(t, "spread", share=0.5) == [
+        "--benchmark_repetitions=2", "--benchmark_min_time=0.015s",
+        "--benchmark_min_warmup_time=0.02"]
+    with pytest.raises(ValueError, match="benchmark kind 'slow'"):
+        R.benchmark_flags(t, "slow")
+
+
+def _fake_benchmarks(monkeypatch, times_us):
+    """run_isolated answering each benchmark process with the next of `times_us` (a list
+    of repetition times, or a return code for a failed process); returns the commands."""
+    import json
+
+    from mlir_ansor.tuner.procs import ProcResult
+
+    cmds, answers = [], iter(times_us)
+
+    def fake(cmd, timeout_s, mem_bytes, on_start=None):
+        cmds.append(cmd)
+        reps = next(answers)
+        if isinstance(reps, int):
+            return ProcResult(reps, "", "crashed", False)
+        out = {"benchmarks": [{"run_type": "iteration", "real_time": t, "time_unit": "us"}
+                              for t in reps]}
+        return ProcResult(0, json.dumps(out), "", False)
+
+    monkeypatch.setattr(R, "run_isolated", fake)
+    return cmds
+
+
+def _flag(cmd, name):
+    return next(a.split("=", 1)[1] for a in cmd if a.startswith(f"--benchmark_{name}="))
+
+
+def test_a_small_dispatch_is_timed_over_several_processes(monkeypatch, tmp_path):
+    """A dispatch under Timing.spread_below_s runs at one speed per process (up to 1.5x
+    apart between processes): its timing pools several short processes, so one lucky or
+    unlucky process no longer decides its record."""
+    cmds = _fake_benchmarks(monkeypatch, [[90.0], [80.0, 81.0], [120.0, 121.0],
+                                          [82.0, 83.0], [79.0, 80.0]])
+    runner = R.LocalRunner("run", "bench", timing=R.Timing(spread_processes=4))
+    res = runner.run(R.RunInput(tmp_path / "m.vmfb", ()))
+    assert res.status == Status.OK
+    assert [_flag(c, "repetitions") for c in cmds] == ["1", "2", "2", "2", "2"]
+    assert len(res.samples_s) == 8  # the quick look decides, it is not a sample
+    assert res.latency_s == pytest.approx(81.5e-6)  # the slow process does not move it
+
+
+def test_a_large_dispatch_is_timed_in_one_process(monkeypatch, tmp_path):
+    cmds = _fake_benchmarks(monkeypatch, [[2000.0], [1900.0] * 5])
+    runner = R.LocalRunner("run", "bench", timing=R.Timing(spread_processes=4))
+    res = runner.run(R.RunInput(tmp_path / "m.vmfb", ()))
+    assert [_flag(c, "repetitions") for c in cmds] == ["1", "5"]
+    assert res.samples_s == (1.9e-3,) * 5
+
+
+def test_a_failing_spread_process_fails_the_candidate(monkeypatch, tmp_path):
+    _fake_benchmarks(monkeypatch, [[90.0], [80.0, 81.0], -11])
+    runner = R.LocalRunner("run", "bench", timing=R.Timing(spread_processes=4))
+    res = runner.run(R.RunInput(tmp_path / "m.vmfb", ()))
+    assert res.status == Status.RUN_ERROR and "SIGSEGV" in res.error
+
+
+def test_no_spread_when_off_or_emulated(monkeypatch, tmp_path):
+    """One process, no quick look without a cutoff: with spreading off, and under an
+    emulator (whose timings mean nothing)."""
+    for runner in (R.LocalRunner("run", "bench", timing=R.Timing(spread_processes=1)),
+                   R.LocalRunner("run", "bench", launcher=("qemu-aarch64",))):
+        cmds = _fake_benchmarks(monkeypatch, [[90.0] * 5])
+        res = runner.run(R.RunInput(tmp_path / "m.vmfb", ()))
+        assert [_flag(c, "repetitions") for c in cmds] == ["5"] and len(res.samples_s) == 5
+
+
+def test_a_real_small_task_is_timed_over_processes(mm_measurer, tools):
+    runner = M.MeasureConfig(repetitions=1, min_time_s=0.005, spread_processes=3).runner(tools)
+    item = mm_measurer.run_input(mm_measurer.default_vmfb, mm_measurer.points[0],
+                                 validate=False)
+    res = runner.run(item)
+    assert res.status == Status.OK, res.error
+    assert res.latency_s < runner.timing.spread_below_s  # the test's premise: a small task
+    assert len(res.samples_s) == 3 * runner.timing.spread_repetitions
 
 
 def test_batch_matmul_with_transposing_consumer_compiles_and_validates(tools, tmp_path):

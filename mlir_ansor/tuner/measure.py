@@ -67,6 +67,9 @@ class MeasureConfig:
     # timed once: its exact latency does not change any decision, and slow candidates would
     # otherwise take most of the tuning time.
     slow_factor: float = 3.0
+    # A dispatch under half a millisecond is timed in this many short processes, pooled
+    # (runner.Timing.spread_below_s: its speed differs between processes); 1: one process.
+    spread_processes: int = 4
     parallel_compiles: int = 2
     rtol: float = 1e-4  # of the per-element magnitude (validation.outputs_match)
     atol: float = 1e-5
@@ -82,7 +85,8 @@ class MeasureConfig:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.repetitions, self.min_time_s, self.warmup_s)
+        return Timing(self.repetitions, self.min_time_s, self.warmup_s,
+                      spread_processes=self.spread_processes)
 
     def runner(self, tools: Toolchain) -> LocalRunner:
         return LocalRunner(tools.run, tools.benchmark, self.run_timeout_s, self.run_mem_bytes,
@@ -123,7 +127,7 @@ def benchmark(tools: Toolchain, vmfb: Path, inputs: Sequence[Path],
               cfg: MeasureConfig, quick: bool = False) -> tuple[list[float] | None, str]:
     """Times of `cfg.repetitions` runs (each at least `cfg.min_time_s`); `quick`: one short
     warm repetition (runner.benchmark_flags)."""
-    res = cfg.runner(tools).benchmark(vmfb, inputs, quick)
+    res = cfg.runner(tools).benchmark(vmfb, inputs, "quick" if quick else "full")
     return (list(res.samples_s), "") if res.status == Status.OK else (None, res.error)
 
 
