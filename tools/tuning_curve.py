@@ -12,6 +12,13 @@ writes curves.png.
   python tools/tuning_curve.py --workload matmul --policy evolution --trials 64 \
       --kernel-seeds     # the target's register-tile seeds first (run: evolution+seeds)
   python tools/tuning_curve.py --report
+  python tools/tuning_curve.py --retime --within 32   # the best programs, timed again
+
+A curve's best is the fastest of many noisy timings, random's after 1000 most of all (the
+maximum of 1000 draws keeps the luckiest): `--retime` builds random's top programs after
+1000 and every other run's best within its first `--within` measurements again, validates
+them and times them side by side in interleaved rounds with IREE's default, and says
+whether each run's program is as fast as random's best when both are timed alike.
 
 The task's key is written to OUT/WORKLOAD/task_key.txt, so a model can be trained without
 it (`python -m mlir_ansor.train_cost_model ... --exclude-task KEY`). The report compares
@@ -124,6 +131,46 @@ def report(root: Path) -> None:
     print(f"plot: {root / 'curves.png'}")
 
 
+def best_programs(records: list[Record], within: int, top: int) -> list[Record]:
+    """The `top` fastest valid records among the first `within` (distinct programs)."""
+    ok = sorted((r for r in records[:within] if r.ok), key=lambda r: r.latency_s)
+    out: list[Record] = []
+    for r in ok:
+        if r.program_key not in {o.program_key for o in out}:
+            out.append(r)
+    return out[:top]
+
+
+def retime(root: Path, within: int, rounds: int, random_top: int = 3) -> None:
+    """Random's `random_top` best after 1000 and each other run's best within `within`
+    measurements, re-built, validated and timed side by side (interleaved rounds)."""
+    tools, cfg = Toolchain.find(), MeasureConfig()
+    for wdir in sorted(p for p in root.iterdir() if (p / "random" / "records.jsonl").exists()):
+        flops = int((wdir / "flops.txt").read_text())
+        entries: list[tuple[str, Record]] = [
+            ("random", r) for r in best_programs(
+                RecordStore(wdir / "random" / "records.jsonl").load(), 1000, random_top)]
+        for d in sorted(p for p in wdir.iterdir() if p.name != "random" and
+                        (p / "records.jsonl").exists()):
+            entries += [(d.name, r) for r in best_programs(
+                RecordStore(d / "records.jsonl").load(), within, 1)]
+        m = prepare(wdir.name, wdir, tools, cfg)
+        again = m.remeasure([r.to_program() for _, r in entries], rounds=rounds)
+        if again is None:
+            raise SystemExit(f"{wdir.name}: IREE's default failed to run again")
+        gf = [flops / t / 1e9 if t else None for t in again.tuned]
+        best_random = max((g for (run, _), g in zip(entries, gf) if run == "random" and g),
+                          default=None)
+        print(f"{wdir.name}: IREE default re-timed {flops / again.default_s / 1e9:.1f} "
+              f"GFLOP/s; {rounds} interleaved rounds (a program far behind leaves early)")
+        print(f"  {'run':32s} {'program':14s} {'recorded':>9s} {'re-timed':>9s} "
+              f"{'vs random best':>14s}")
+        for (run, r), g in zip(entries, gf):
+            rel = f"{g / best_random:.3f}" if g and best_random else "-"
+            print(f"  {run:32s} {r.program_key[:12]:14s} {flops / r.latency_s / 1e9:9.1f} "
+                  f"{(f'{g:.1f}' if g else 'failed'):>9s} {rel:>14s}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,9 +186,17 @@ def main() -> int:
                     help="measure the target's register-tile seed programs first, as "
                          "`mlir_ansor.tune --kernel-seeds` does (run name gets +seeds)")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--retime", action="store_true",
+                    help="time random's best programs after 1000 and every other run's "
+                         "best within --within measurements again, side by side")
+    ap.add_argument("--within", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
     if args.report:
         report(args.out)
+        return 0
+    if args.retime:
+        retime(args.out, args.within, args.rounds)
         return 0
     if not args.workload:
         ap.error("--workload is required unless --report")
@@ -151,6 +206,7 @@ def main() -> int:
         if args.cost_model else None
     run = f"{args.policy}-{args.cost_model.stem}" if args.cost_model else args.policy
     run += "+seeds" if args.kernel_seeds else ""
+    run += f"-s{args.seed}" if args.seed else ""  # several seeds of a policy side by side
     tools, cfg = Toolchain.find(), MeasureConfig()
     wdir = args.out / args.workload
     m = prepare(args.workload, wdir, tools, cfg, args.seed)
