@@ -71,6 +71,52 @@ def test_other_convs_turn_channels_last_too(conv, shape, after, tools, tmp_path)
     assert_computes_torchs_numbers(cl, model, inputs, tools, tmp_path)
 
 
+class MBConvLike(nn.Module):
+    """EfficientNet's block: expand 1x1 conv, BN, SiLU, depthwise conv, BN, SiLU, a
+    squeeze-excitation (global average pool, two 1x1 convs, sigmoid, scale), project."""
+
+    def __init__(self, c: int = 8, e: int = 32):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e),
+                                    nn.SiLU())
+        self.dw = nn.Sequential(nn.Conv2d(e, e, 3, 1, 1, groups=e, bias=False),
+                                nn.BatchNorm2d(e), nn.SiLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(e, 4, 1), nn.SiLU(),
+                                nn.Conv2d(4, e, 1), nn.Sigmoid())
+        self.project = nn.Conv2d(e, c, 1, bias=False)
+
+    def forward(self, x):
+        y = self.dw(self.expand(x))
+        return self.project(y * self.se(y))
+
+
+def _activation_transposes(text: str) -> int:
+    return sum(text.count(f"permutation = {p}") for p in ("[0, 3, 1, 2]", "[0, 2, 3, 1]"))
+
+
+def test_batch_norms_silus_and_pools_leave_no_transposes_between_convs(tools, tmp_path):
+    """IREE's pass leaves a batch norm, a SiLU's `x * sigmoid(x)` and the SE's pool
+    channels-first between transposes; with IREE's transpose propagation off (folded
+    weight transposes) those stayed and the depthwise conv read its input NCHW. Sunk
+    through them, only the model's input and output transposes remain (and the pooled
+    vector's), and the numbers are torch's."""
+    torch.manual_seed(0)
+    model = MBConvLike().eval()
+    with torch.no_grad():  # batch norms with statistics of their own, not the identity
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    inputs = (torch.randn(1, 8, 12, 12),)
+    text = import_model(model, inputs)
+    cl = to_channels_last(text)
+    assert channels_first_convs(cl) == 0
+    # Input, output, the pooled [1, C, 1, 1] vector: three (IREE's pass alone left eight).
+    assert _activation_transposes(cl) == 3, _activation_transposes(cl)
+    assert "linalg.depthwise_conv_2d_nhwc_hwc" in cl
+    assert_computes_torchs_numbers(cl, model, inputs, tools, tmp_path)
+
+
 def test_a_model_without_nchw_convs_is_named(tmp_path):
     text = import_model(nn.Linear(8, 4).eval(), (torch.randn(2, 8),))
     assert channels_first_convs(text) == 0
