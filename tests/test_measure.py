@@ -273,6 +273,20 @@ def test_no_spread_when_off_or_emulated(monkeypatch, tmp_path):
         assert [_flag(c, "repetitions") for c in cmds] == ["5"] and len(res.samples_s) == 5
 
 
+def test_the_spread_follows_the_timing_asked_for_and_skips_size_samples(monkeypatch,
+                                                                          tmp_path):
+    """Each spread process takes 2/5 of the repetitions asked for, of 3/5 of their time; a
+    dynamic task's size sample (a share of the budget) keeps one process."""
+    cmds = _fake_benchmarks(monkeypatch, [[90.0]] + [[80.0] * 4] * 4)
+    runner = R.LocalRunner("run", "bench", timing=R.Timing(repetitions=10, min_time_s=0.1))
+    res = runner.run(R.RunInput(tmp_path / "m.vmfb", ()))
+    assert [_flag(c, "repetitions") for c in cmds] == ["1"] + ["4"] * 4
+    assert {_flag(c, "min_time") for c in cmds[1:]} == {"0.06s"} and len(res.samples_s) == 16
+    cmds = _fake_benchmarks(monkeypatch, [[90.0] * 10])
+    res = runner.run(R.RunInput(tmp_path / "m.vmfb", (), timing_share=0.25))
+    assert [_flag(c, "repetitions") for c in cmds] == ["10"] and len(res.samples_s) == 10
+
+
 def test_a_real_small_task_is_timed_over_processes(mm_measurer, tools):
     runner = M.MeasureConfig(repetitions=1, min_time_s=0.005, spread_processes=3).runner(tools)
     item = mm_measurer.run_input(mm_measurer.default_vmfb, mm_measurer.points[0],

@@ -310,8 +310,8 @@ def to_channels_last(model_mlir: str) -> str:
             _grouped_to_channels_last(module)
             pipeline.run(module.operation)
             # Generics and pads IREE's pass left between transposes: sink the transposes
-            # below them until they meet and cancel (bounded: each round moves every
-            # transpose one op further).
+            # below them until they meet and cancel (bounded: a round moves a transpose
+            # down a chain of generics, then past a pad).
             for _ in range(_SINK_ROUNDS):
                 if not (sink_transposes_below_generics(module) +
                         sink_transposes_below_pads(module)):

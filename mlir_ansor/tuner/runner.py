@@ -6,6 +6,7 @@ expected outputs and their magnitude bound)."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,13 +38,20 @@ class Timing:
     # that differs between processes by up to 1.5x on a shared VM (the same module 0.054,
     # 0.082 and 0.080 ms in three processes, each within 1-2% over its repetitions): one
     # process's timing of it is a draw of that speed, and the search keeps the luckiest.
-    # It is timed in `spread_processes` short processes (`spread_repetitions` of
-    # `spread_min_time_s` after `quick_warmup_s`: together about one full timing's cost),
-    # their repetitions pooled. 1 process: off.
+    # It is timed in `spread_processes` short processes instead (after `quick_warmup_s`,
+    # each 2/5 of `repetitions` of 3/5 of `min_time_s`: at the defaults 4 x 2 x 30 ms, about
+    # one full timing's cost), their repetitions pooled. 1 process: off. A dynamic task's
+    # size samples are not spread: their weighted mean averages that noise already.
     spread_below_s: float = 0.5e-3
     spread_processes: int = 4
-    spread_repetitions: int = 2
-    spread_min_time_s: float = 0.03
+
+    @property
+    def spread_repetitions(self) -> int:
+        return max(1, math.ceil(2 * self.repetitions / 5))
+
+    @property
+    def spread_min_time_s(self) -> float:
+        return 0.6 * self.min_time_s
 
 
 @dataclass(frozen=True)
@@ -184,12 +192,12 @@ class LocalRunner:
         dispatch is small), then the full timing: one process, or several short ones for a
         small dispatch (`Timing.spread_below_s`)."""
         first = None
-        if item.slow_cutoff_s is not None or self.spreads:
+        if item.slow_cutoff_s is not None or (self.spreads and item.timing_share >= 1.0):
             first = self.benchmark(item.artifact, item.inputs, "quick")
             if first.status != Status.OK or (item.slow_cutoff_s is not None and
                                              first.samples_s[0] > item.slow_cutoff_s):
                 return first
-        if first is not None and self.spreads and \
+        if first is not None and self.spreads and item.timing_share >= 1.0 and \
                 first.samples_s[0] < self.timing.spread_below_s:
             samples: list[float] = []
             for _ in range(self.timing.spread_processes):
