@@ -135,8 +135,10 @@ def best_programs(records: list[Record], within: int, top: int) -> list[Record]:
     """The `top` fastest valid records among the first `within` (distinct programs)."""
     ok = sorted((r for r in records[:within] if r.ok), key=lambda r: r.latency_s)
     out: list[Record] = []
+    seen: set[str] = set()
     for r in ok:
-        if r.program_key not in {o.program_key for o in out}:
+        if r.program_key not in seen:
+            seen.add(r.program_key)
             out.append(r)
     return out[:top]
 

@@ -191,14 +191,14 @@ class LocalRunner:
         """A quick look first where it decides something (the slow cutoff; whether the
         dispatch is small), then the full timing: one process, or several short ones for a
         small dispatch (`Timing.spread_below_s`)."""
+        spread = self.spreads and item.timing_share >= 1.0  # (size samples: one process)
         first = None
-        if item.slow_cutoff_s is not None or (self.spreads and item.timing_share >= 1.0):
+        if item.slow_cutoff_s is not None or spread:
             first = self.benchmark(item.artifact, item.inputs, "quick")
             if first.status != Status.OK or (item.slow_cutoff_s is not None and
                                              first.samples_s[0] > item.slow_cutoff_s):
                 return first
-        if first is not None and self.spreads and item.timing_share >= 1.0 and \
-                first.samples_s[0] < self.timing.spread_below_s:
+        if spread and first.samples_s[0] < self.timing.spread_below_s:
             samples: list[float] = []
             for _ in range(self.timing.spread_processes):
                 res = self.benchmark(item.artifact, item.inputs, "spread", item.timing_share)
