@@ -109,7 +109,7 @@ def test_records_of_several_tasks_are_labelled_per_task():
     model.add_task(a)
     model.add_task(b)
     got = {}
-    model.fit = lambda samples, labels: got.update(
+    model.fit = lambda samples, labels, weights=None: got.update(
         {t.key: max(l for (t2, _), l in zip(samples, labels) if t2.key == t.key)
          for t, _ in samples})
     slow = [replace(r, latency_s=r.latency_s * 1000)
@@ -118,12 +118,48 @@ def test_records_of_several_tasks_are_labelled_per_task():
     assert got == {"a": 1.0, "b": 1.0}
 
 
+@pytest.mark.parametrize("balance, ratio", [(0.0, 1.0), (0.5, 2.0), (1.0, 4.0)])
+def test_a_task_with_few_records_is_not_drowned(balance, ratio):
+    """A record of a task with a quarter of another's records weighs (4 ** balance)x as
+    much: at 1 both tasks weigh the same in the loss, at 0 every record does."""
+    a, b = make_task(ops_of(BATCH_MATMUL), "a"), make_task(ops_of(MATMUL), "b")
+    model = CostModel(CostModelConfig(task_balance=balance))
+    model.add_task(a)
+    model.add_task(b)
+    got = {}
+    model.fit = lambda samples, labels, weights: got.update(
+        {t.key: w for (t, _), w in zip(samples, weights)})
+    model.fit_records(records_for(a.ops, sample(a.ops, 40, 0), "a") +
+                      records_for(b.ops, sample(b.ops, 10, 1), "b"))
+    assert got["b"] / got["a"] == pytest.approx(ratio)
+
+
+def test_balanced_tasks_change_the_trees():
+    """The weights reach the loss: with a big task and a small one whose rankings
+    disagree, balancing moves the predictions on the small task's programs."""
+    a, b = make_task(ops_of(BATCH_MATMUL), "a"), make_task(ops_of(MATMUL), "b")
+    progs_b = sample(b.ops, 30, 1)
+    # Task b's machine prefers the opposite of task a's.
+    flipped = [Record("b", p.to_json(), p.key, "ok", 1.0 / synthetic_latency(p, b.ops))
+               for p in progs_b]
+    preds = {}
+    for balance in (0.0, 1.0):
+        model = CostModel(CostModelConfig(task_balance=balance, rounds=40))
+        model.add_task(a)
+        model.add_task(b)
+        model.fit_records(records_for(a.ops, sample(a.ops, 300, 0), "a") + flipped)
+        preds[balance] = model.predict(b, progs_b)
+    truth = normalized_throughputs(flipped)
+    # 0.92 against 0.86 (seeded)
+    assert pairwise_accuracy(preds[1.0], truth) > pairwise_accuracy(preds[0.0], truth) + 0.03
+
+
 def test_refit_after_every_n_results():
     task = make_task(ops_of(BATCH_MATMUL))
     model = CostModel(CostModelConfig(retrain_every=8))
     model.add_task(task)
     fits = []
-    model.fit = lambda samples, labels: fits.append(len(samples))
+    model.fit = lambda samples, labels, weights=None: fits.append(len(samples))
     recs = records_for(task.ops, sample(task.ops, 30, 0))
     for n in (4, 8, 11, 12, 19, 20, 30):
         model.update(recs[:n])

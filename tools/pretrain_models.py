@@ -35,8 +35,8 @@ def gemms():
     transformer MLP's and projection's sizes: the corpus had no matmul with a reduction
     over 768 or an output over 1M elements, where blocking the reduction and packing the
     panel decide the speed. None is square, none is the 1024^3 of the search curves.
-    Not in the shipped model: trained with it (2026-11-28), the held-out matmul's search
-    improved and the held-out 3x3 conv's got worse (docs/results.md)."""
+    In the shipped AVX-512 model since the tasks are balanced in its loss
+    (`CostModelConfig.task_balance`; docs/results.md)."""
     torch.manual_seed(0)
     shapes = ((512, 2048, 768), (2048, 512, 1536), (768, 768, 3072))
     inputs = []

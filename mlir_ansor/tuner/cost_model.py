@@ -6,7 +6,9 @@ score is the sum of its statements' predictions. Labels are throughputs normaliz
 to [0, 1] (each task's best measured = 1, failures 0), so one model learns from every
 task's records and ranks the programs of a task it has never measured from the first round.
 The loss is the squared error of the summed score, weighted by the label, so the model is
-accurate where it matters: on the fast programs. It is refit from scratch on all records
+accurate where it matters: on the fast programs; and by the task's share of the records to
+the power -`task_balance`, so a task with 450 records does not drown one with 40 (with
+0.5, a task with 16x the records weighs 4x as much as the other, not 16x). It is refit from scratch on all records
 after every `retrain_every` new results (the data is small). A model saved by an earlier run
 (`--reuse`) or shipped with the package (`pretrained/`) is the base: the run's trees are
 boosted on top of it, and until the run has enough valid results the base alone ranks.
@@ -63,6 +65,9 @@ class CostModelConfig:
     eta: float = 0.2
     min_weight: float = 0.05  # weight of failed / very slow programs in the loss
     retrain_every: int = 8  # new results (of any task) between fits
+    # Per-task weight (mean records per task / the task's records) ** task_balance: 0 weighs
+    # every record alike (large corpora of one task decide the trees), 1 every task alike.
+    task_balance: float = 0.5
     seed: int = 0
 
 
@@ -175,8 +180,10 @@ class CostModel:
         """Whether the run's own records trained it (not only a saved or shipped base)."""
         return self.booster is not None
 
-    def fit(self, samples: Sequence[tuple[Workload, Program]], labels: np.ndarray) -> None:
-        """Train from scratch (on top of the base, if any) on programs and their labels."""
+    def fit(self, samples: Sequence[tuple[Workload, Program]], labels: np.ndarray,
+            sample_weights: np.ndarray | None = None) -> None:
+        """Train from scratch (on top of the base, if any) on programs and their labels
+        (each program's loss times its `sample_weights`, 1 when None)."""
         labels = np.asarray(labels, dtype=np.float64)
         feats = [self.features(t, p) for t, p in samples]
         # Keep the features of the training programs only: the candidates scored since the
@@ -188,6 +195,8 @@ class CostModel:
             return
         packed = _Packed(feats)
         weights = np.maximum(labels, self.cfg.min_weight)
+        if sample_weights is not None:
+            weights = weights * np.asarray(sample_weights, dtype=np.float64)
         row_label = labels[packed.group]
         row_weight = weights[packed.group]
 
@@ -217,7 +226,10 @@ class CostModel:
                 by_task.setdefault(r.task_key, []).append(r)
         samples: list[tuple[Workload, Program]] = []
         labels: list[np.ndarray] = []
+        share: list[np.ndarray] = []
+        mean_records = float(np.mean([len(v) for v in by_task.values()])) if by_task else 1.0
         for key, recs in by_task.items():
+            share.append(np.full(len(recs), (mean_records / len(recs)) ** self.cfg.task_balance))
             task = self.tasks[key]
             progs = [r.to_program() for r in recs]
             samples += [(task, p) for p in progs]
@@ -226,7 +238,8 @@ class CostModel:
                 y = y / np.array([self.adaptation(task, p) for p in progs])
                 y = y / (y.max() or 1.0)
             labels.append(y)
-        self.fit(samples, np.concatenate(labels) if labels else np.zeros(0))
+        self.fit(samples, np.concatenate(labels) if labels else np.zeros(0),
+                 np.concatenate(share) if share else None)
         self._fitted_on = sum(len(v) for v in by_task.values())
         self.train_s += time.monotonic() - start
 
