@@ -92,7 +92,7 @@ def test_the_cost_model_predicts_f_mk_times_f_adapt_and_learns_f_mk():
     assert not np.allclose(got / base, 1.0)
     # Training labels of a dynamic task are divided by f_adapt (renormalized per task).
     seen = {}
-    model.fit = lambda samples_, labels: seen.update(labels=labels)
+    model.fit = lambda samples_, labels, weights=None: seen.update(labels=labels)
     model.add_task(dyn)
     recs = [Record(task_key="d", program=p.to_json(), program_key=p.key, status="ok",
                    latency_s=t) for p, t in zip(progs, (1.0, 2.0))]
