@@ -4,11 +4,15 @@ stand-in for `tools/tuning_curve.py` when choosing how to train the cost model.
 The pool is a random run's records (`tuning_curve.py --policy random --trials 1000`).
 Each batch of 8, the model (a base trained on corpus folders, the workload's task left
 out, then the run's own trees on top once 16 valid results exist, as `CostModel` does)
-ranks the pool's unmeasured programs; its top 7 and one random program are "measured" by
+ranks the pool's unmeasured programs, those the pruning rules flag demoted as in the
+search; its top 7 and one random program (unflagged where any is left) are "measured" by
 looking up their recorded latency. Printed: the best found after each batch as a share of
 the pool's best, mean and worst over seeds. Unlike the real search nothing new is
 proposed (evolution can find programs better than the pool's), so it ranks models, not
-searches.
+searches. Training is deterministic: the seeds vary only the random program of each batch
+(and so the run's own trees), not the base's ranking. Choosing how to train on the
+workloads the search is judged on makes them less unseen: replay on corpus folders' tasks
+(leave them out with --corpus) where that matters.
 
   python tools/pool_search.py bench_out/curves/matmul --corpus RUN_FOLDER... \\
       --balance 0,0.5,1 --seeds 6
@@ -26,7 +30,9 @@ from typing import Sequence
 import numpy as np
 import xgboost as xgb
 
-from mlir_ansor.targets import host
+from mlir_ansor.errors import UsageError
+from mlir_ansor.sketch_passes.pruning import Pruner, demote
+from mlir_ansor.targets import get_target, host
 from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, load_booster,
                                          normalized_throughputs)
 from mlir_ansor.tuner.pretraining import load_corpus, train
@@ -35,11 +41,23 @@ from mlir_ansor.tuner.tasks import Task, extract_tasks
 
 
 def pool_of(workload_dir: Path) -> tuple[Task, list[Record]]:
-    """The workload's main task and its random run's records (tuning_curve.py's layout)."""
-    task_dir = next((workload_dir / "tasks").glob("t*"))
-    tasks = [t for t in extract_tasks((task_dir / "task.mlir").read_text()) if t.tunable]
-    return max(tasks, key=lambda t: t.flops), RecordStore(
-        workload_dir / "random" / "records.jsonl").load()
+    """The workload's main task and its random run's records (tuning_curve.py's layout:
+    task_key.txt, tasks/t*/task.mlir, random/records.jsonl)."""
+    key_file, recs = workload_dir / "task_key.txt", workload_dir / "random" / "records.jsonl"
+    task_files = sorted((workload_dir / "tasks").glob("t*/task.mlir"))
+    if not key_file.is_file() or not recs.is_file() or not task_files:
+        raise UsageError(f"{workload_dir}: not a tuning_curve.py workload folder with a "
+                         "random run (needs task_key.txt, tasks/t*/task.mlir and "
+                         "random/records.jsonl)")
+    key = key_file.read_text().strip()
+    tasks = [t for f in task_files for t in extract_tasks(f.read_text()) if t.key == key]
+    if not tasks:
+        raise UsageError(f"{workload_dir}: no task with key {key} under tasks/")
+    pool = [r for r in RecordStore(recs).load() if r.task_key == key]
+    if len(pool) < 64:
+        raise UsageError(f"{workload_dir}: {len(pool)} records of task {key}; a replay of "
+                         "4 batches of 8 needs a pool of 64 or more")
+    return tasks[0], pool
 
 
 def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: int,
@@ -49,6 +67,7 @@ def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: i
     rng = random.Random(seed)
     truth = normalized_throughputs(pool)
     programs = [r.to_program() for r in pool]
+    factors = Pruner(get_target(task.target)).demotions(task, programs)
     model = CostModel(replace(cfg, seed=seed), base)
     model.add_task(task)
     measured: list[int] = []
@@ -56,10 +75,13 @@ def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: i
     for _ in range(batches):
         model.fit_records([pool[i] for i in measured])  # base alone below min_valid
         left = sorted(set(range(len(pool))) - set(measured))
-        scores = model.predict(task, [programs[i] for i in left])
+        scores = demote(model.predict(task, [programs[i] for i in left]),
+                        [factors[i] for i in left])
         ranked = [left[j] for j in np.argsort(-scores, kind="stable")]
         pick = ranked[:batch - 1]
-        pick.append(rng.choice(ranked[batch - 1:]))  # the ε share of a batch
+        rest = ranked[batch - 1:]
+        unflagged = [i for i in rest if factors[i] == 1.0]
+        pick.append(rng.choice(unflagged or rest))  # the ε share of a batch
         measured += pick
         out.append(float(truth[measured].max()))
     return out
@@ -77,6 +99,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--batches", type=int, default=4)
     args = ap.parse_args()
+    if not args.corpus and not args.model:
+        ap.error("give --corpus RUN_FOLDER... (bases trained per --balance) or --model FILE")
     kind = host().device_kind
     corpus = load_corpus(args.corpus, kind) if args.corpus else []
     print(f"{'workload':10s} {'base':28s} best / pool's best after each batch of 8 "
@@ -88,6 +112,8 @@ def main() -> int:
         for b in (float(x) for x in args.balance.split(",")) if corpus else ():
             model = train([w for w in corpus if w.key != task.key],
                           CostModelConfig(task_balance=b))
+            if model.booster is None:
+                raise UsageError("the corpus has too few valid records to train a model")
             bases.append((f"corpus, balance {b}", model.booster))
         for name, base in bases:
             runs = np.array([replay(task, pool, base, s, args.batches)
@@ -99,4 +125,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except UsageError as e:
+        sys.exit(f"error: {e}")

@@ -6,10 +6,11 @@ score is the sum of its statements' predictions. Labels are throughputs normaliz
 to [0, 1] (each task's best measured = 1, failures 0), so one model learns from every
 task's records and ranks the programs of a task it has never measured from the first round.
 The loss is the squared error of the summed score, weighted by the label, so the model is
-accurate where it matters: on the fast programs; and by the task's share of the records to
-the power -`task_balance`, so a task with 450 records does not drown one with 40 (with
-0.5, a task with 16x the records weighs 4x as much as the other, not 16x). It is refit from scratch on all records
-after every `retrain_every` new results (the data is small). A model saved by an earlier run
+accurate where it matters: on the fast programs; and by (mean records per task / the
+task's records) ** `task_balance`, so a few tasks with many records do not decide how every
+other task is ranked (at 0.5 a task with 16x another's records weighs 4x as much, not 16x;
+a task with few records weighs more per record, its labels noisier for it). It is refit
+from scratch on all records after every `retrain_every` new results (the data is small). A model saved by an earlier run
 (`--reuse`) or shipped with the package (`pretrained/`) is the base: the run's trees are
 boosted on top of it, and until the run has enough valid results the base alone ranks.
 Without a base and enough data it predicts random scores.
