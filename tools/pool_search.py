@@ -16,11 +16,13 @@ workloads the search is judged on makes them less unseen: replay on corpus folde
 
   python tools/pool_search.py bench_out/curves/matmul --corpus RUN_FOLDER... \\
       --balance 0,0.5,1 --seeds 6
-  python tools/pool_search.py bench_out/curves/conv --model mlir_ansor/tuner/pretrained/x86_64-avx512.json
+  python tools/pool_search.py bench_out/curves/conv \\
+      --model mlir_ansor/tuner/pretrained/x86_64-avx512.json
 """
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from dataclasses import replace
@@ -35,6 +37,7 @@ from mlir_ansor.sketch_passes.pruning import Pruner, demote
 from mlir_ansor.targets import get_target, host
 from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, load_booster,
                                          normalized_throughputs)
+from mlir_ansor.tuner.evolution import EvolutionConfig
 from mlir_ansor.tuner.pretraining import load_corpus, train
 from mlir_ansor.tuner.records import Record, RecordStore
 from mlir_ansor.tuner.tasks import Task, extract_tasks
@@ -53,22 +56,23 @@ def pool_of(workload_dir: Path) -> tuple[Task, list[Record]]:
     tasks = [t for f in task_files for t in extract_tasks(f.read_text()) if t.key == key]
     if not tasks:
         raise UsageError(f"{workload_dir}: no task with key {key} under tasks/")
-    pool = [r for r in RecordStore(recs).load() if r.task_key == key]
-    if len(pool) < 64:
-        raise UsageError(f"{workload_dir}: {len(pool)} records of task {key}; a replay of "
-                         "4 batches of 8 needs a pool of 64 or more")
-    return tasks[0], pool
+    return tasks[0], [r for r in RecordStore(recs).load() if r.task_key == key]
 
 
 def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: int,
-           batches: int = 4, batch: int = 8, cfg: CostModelConfig = CostModelConfig()
+           batches: int = 4, batch: int = 8, cfg: EvolutionConfig = EvolutionConfig()
            ) -> list[float]:
-    """Best found (share of the pool's best) after each batch."""
+    """Best found (share of the pool's best) after each batch; the batch split between
+    the model's picks and random ones as `EvolutionPolicy.propose` splits it."""
+    if len(pool) < 2 * batches * batch:
+        raise UsageError(f"{len(pool)} records of task {task.key}: a replay of {batches} "
+                         f"batches of {batch} needs a pool of {2 * batches * batch} or more")
+    n_rand = min(batch, math.ceil(batch * cfg.eps_greedy)) if batch > 1 else 0
     rng = random.Random(seed)
     truth = normalized_throughputs(pool)
     programs = [r.to_program() for r in pool]
     factors = Pruner(get_target(task.target)).demotions(task, programs)
-    model = CostModel(replace(cfg, seed=seed), base)
+    model = CostModel(replace(cfg.model, seed=seed), base)
     model.add_task(task)
     measured: list[int] = []
     out = []
@@ -78,10 +82,10 @@ def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: i
         scores = demote(model.predict(task, [programs[i] for i in left]),
                         [factors[i] for i in left])
         ranked = [left[j] for j in np.argsort(-scores, kind="stable")]
-        pick = ranked[:batch - 1]
-        rest = ranked[batch - 1:]
+        pick = ranked[:batch - n_rand]
+        rest = ranked[batch - n_rand:]
         unflagged = [i for i in rest if factors[i] == 1.0]
-        pick.append(rng.choice(unflagged or rest))  # the ε share of a batch
+        pick += rng.sample(unflagged if len(unflagged) >= n_rand else rest, n_rand)
         measured += pick
         out.append(float(truth[measured].max()))
     return out

@@ -10,9 +10,10 @@ accurate where it matters: on the fast programs; and by (mean records per task /
 task's records) ** `task_balance`, so a few tasks with many records do not decide how every
 other task is ranked (at 0.5 a task with 16x another's records weighs 4x as much, not 16x;
 a task with few records weighs more per record, its labels noisier for it). It is refit
-from scratch on all records after every `retrain_every` new results (the data is small). A model saved by an earlier run
-(`--reuse`) or shipped with the package (`pretrained/`) is the base: the run's trees are
-boosted on top of it, and until the run has enough valid results the base alone ranks.
+from scratch on all records after every `retrain_every` new results (the data is small). A
+model saved by an earlier run (`--reuse`) or shipped with the package (`pretrained/`) is
+the base: the run's trees are boosted on top of it, and until the run has enough valid
+results the base alone ranks.
 Without a base and enough data it predicts random scores.
 """
 from __future__ import annotations
