@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlir_ansor.sketch_passes.annotation import annotate
@@ -104,6 +105,18 @@ def test_a_run_that_writes_no_results_is_a_run_error(mm, built, tmp_path):
     res = LocalRunner(_script(tmp_path, "exit 0\n"), mm.tools.benchmark).run(
         mm.run_input(built, mm.points[0]))
     assert res.status == Status.RUN_ERROR and "no results written" in res.error
+
+
+def test_results_left_by_an_earlier_run_do_not_pass_for_this_ones(tmp_path):
+    """The layout stage writes IREE's default's results, then a build's, under one folder:
+    a run that "succeeds" without writing must not be read as the earlier run's."""
+    out = tmp_path / "outs"
+    out.mkdir()
+    np.save(out / "out0.npy", np.ones(3, np.float32))  # an earlier run's result
+    got, failed = LocalRunner(_script(tmp_path, "exit 0\n"), "bench").outputs(
+        tmp_path / "m.vmfb", [], 1, out)
+    assert got is None and failed.status == Status.RUN_ERROR
+    assert "no results written" in failed.error
 
 
 def test_sigterm_kills_the_children_of_a_stopped_tuner(tmp_path):

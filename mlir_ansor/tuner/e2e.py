@@ -241,7 +241,8 @@ def check_outputs(tools: Toolchain, vmfb: Path, in_paths: Sequence[Path],
         raise CompileError(f"running {vmfb.name} failed: {err}")
     bad = outputs_match(outs, refs, mags, cfg.model_rtol, cfg.atol)
     if bad:
-        raise CompileError(f"{vmfb.name} does not match torch: {bad}")
+        raise CompileError(f"{vmfb.name} does not match the reference (torch's outputs, or "
+                           f"IREE's default's where those differ a little): {bad}")
     return max(float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0
                for o, r in zip(outs, refs))
 

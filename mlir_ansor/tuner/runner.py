@@ -134,6 +134,8 @@ class LocalRunner:
         """The module's results on `inputs` (written under `out_dir`), or the failure."""
         out_dir.mkdir(parents=True, exist_ok=True)
         outs = [out_dir / f"out{i}.npy" for i in range(n_out)]
+        for p in outs:  # a stale file must not pass for this run's result
+            p.unlink(missing_ok=True)
         cmd = [*self.launcher, self.run_tool, f"--module={artifact}", "--function=main",
                *self._device_flags,
                *[f"--input=@{p}" for p in inputs], *[f"--output=@{p}" for p in outs]]
