@@ -56,11 +56,12 @@ def test_a_pad_fused_task_is_built_with_the_flag(tmp_path):
     assert entry["pad_fusion"]
     text = (out / "report.txt").read_text()
     assert "IREE pad fusion" in text and "--pad-fusion on" in text
-    # One dispatch holds the pad and the conv, and IREE's default build of it (the task's
-    # baseline, built with the flag) works: the task was measured, not left aside.
-    tasks = json.loads((out / "tasks.json").read_text())
-    fused = [t for t in tasks if "tensor.pad" in t["ops_mlir"]]
-    assert fused, [t["ops_mlir"][:300] for t in tasks]
+    # One dispatch holds the pad and the conv: no strategy of ours applies to it (every
+    # candidate was "not configured"), so it is left to IREE's kernel, not measured.
+    report = json.loads((out / "report.json").read_text())
+    statuses = [t["status"] for t in report["tasks"]]
+    assert any("a pad fused into the dispatch" in s for s in statuses), statuses
+    assert not (out / "records.jsonl").exists() or not (out / "records.jsonl").read_text()
     assert "default build of" not in text, text
     assert PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()
 

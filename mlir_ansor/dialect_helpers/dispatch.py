@@ -200,6 +200,13 @@ def _flow_dispatch(name: str, exe: ir.Operation, users: list[ir.Operation]) -> F
         raise UnsupportedDispatch(
             f"left to IREE's data tiling (executable {name}: encoded tensors, packed mmt4d "
             "kernels in codegen)")
+    if walk_ops(funcs[0], "tensor.pad"):
+        # (IREE's pad fusion: without it no dispatch of ours held a pad.) No strategy of
+        # ours is applied to such a dispatch: every candidate of C1D-b16's conv and of a
+        # padded depthwise conv was "not configured", so trials there would be wasted.
+        raise UnsupportedDispatch(
+            f"left to IREE's kernel (executable {name}: a pad fused into the dispatch, "
+            "which our strategies do not take)")
     workload, args, arg_dims, _ = _segments(call)
     tensors = [v for v in args if isinstance(v.type, ir.RankedTensorType)]
     # Which main argument dimension each size value of the call is.
