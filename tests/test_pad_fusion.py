@@ -1,5 +1,5 @@
-"""IREE's pad fusion as a model build choice: the decision, the layout file, and a fused
-form's task built with the flag it needs (IREE's codegen rejects that task without it)."""
+"""IREE's pad fusion as a model build choice: the decision, the layout file, a dispatch
+holding a fused pad left to IREE's kernel, and every build of a fused form with the flag."""
 import json
 
 import pytest
@@ -44,7 +44,7 @@ def make_padded_depthwise():
             (torch.randn(2, 32, 14, 14),))
 
 
-def test_a_pad_fused_task_is_built_with_the_flag(tmp_path):
+def test_a_fused_pad_is_left_to_iree_and_every_build_passes_the_flag(tmp_path):
     out = tmp_path / "run"
     quick = [a for a in QUICK_CLI]
     i = quick.index("--pad-fusion")
@@ -62,7 +62,6 @@ def test_a_pad_fused_task_is_built_with_the_flag(tmp_path):
     statuses = [t["status"] for t in report["tasks"]]
     assert any("a pad fused into the dispatch" in s for s in statuses), statuses
     assert not (out / "records.jsonl").exists() or not (out / "records.jsonl").read_text()
-    assert "default build of" not in text, text
     assert PAD_FUSION_FLAGS[0] in (out / "build.sh").read_text()
 
 

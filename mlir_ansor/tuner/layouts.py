@@ -115,7 +115,8 @@ class ModelLayout:
 
     @property
     def codegen_flags(self) -> tuple[str, ...]:
-        """The flags of `flags` a task of this form needs in its own builds too."""
+        """The flags of `flags` a task of this form passes in its own builds too (built
+        as the model is; a dispatch holding a fused pad is no task: dispatch.py)."""
         return PAD_FUSION_FLAGS if self.fuse_pads else ()
 
     @property

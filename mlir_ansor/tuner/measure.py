@@ -75,8 +75,8 @@ class MeasureConfig:
     atol: float = 1e-5
     model_rtol: float = 1e-3  # whole models against torch (other math implementations)
     device: str = ""  # IREE's runtime device for local runs ("": the module's default)
-    # iree-compile flags of the model form a task came from that its own builds need too
-    # (IREE's pad fusion changes codegen's checks: a fused pad's task fails without it).
+    # iree-compile flags of the model form a task came from that its own builds pass too
+    # (IREE's pad fusion: a task of a fused form is built as the model is).
     compile_flags: tuple[str, ...] = ()
 
     def builder(self, tools: Toolchain) -> LocalBuilder:
