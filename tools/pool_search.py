@@ -22,7 +22,6 @@ workloads the search is judged on makes them less unseen: replay on corpus folde
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 from dataclasses import replace
@@ -67,7 +66,7 @@ def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: i
     if len(pool) < 2 * batches * batch:
         raise UsageError(f"{len(pool)} records of task {task.key}: a replay of {batches} "
                          f"batches of {batch} needs a pool of {2 * batches * batch} or more")
-    n_rand = min(batch, math.ceil(batch * cfg.eps_greedy)) if batch > 1 else 0
+    n_rand = cfg.random_count(batch)
     rng = random.Random(seed)
     truth = normalized_throughputs(pool)
     programs = [r.to_program() for r in pool]

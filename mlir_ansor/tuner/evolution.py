@@ -38,6 +38,11 @@ class EvolutionConfig:
     init_measured_ratio: float = 0.2  # share of the first population taken from the best measured
     model: CostModelConfig = CostModelConfig()
 
+    def random_count(self, n: int) -> int:
+        """How many of a batch of `n` are fresh random programs (the ε share; none in a
+        batch of one)."""
+        return min(n, math.ceil(n * self.eps_greedy)) if n > 1 else 0
+
 
 class EvolutionPolicy:
     """Propose programs of one task by evolutionary search on the cost model (`model`,
@@ -118,7 +123,7 @@ class EvolutionPolicy:
         if not self.model.trained:
             self.random_batches += 1
             return self._random(n, measured)  # too little data: Ansor samples randomly
-        n_rand = min(n, math.ceil(n * self.cfg.eps_greedy)) if n > 1 else 0
+        n_rand = self.cfg.random_count(n)
         out = self.evolve(mine, measured, n - n_rand)
         out += self._random(n - len(out), measured | {p.key for p in out})
         return out
