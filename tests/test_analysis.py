@@ -132,3 +132,56 @@ def test_divisors_and_footprints_match_their_definitions():
     assert footprint_shape(o, tile) == (1, 6, 7, 4)
     assert footprint(o, tile) == 6 * 7 * 4
     assert footprint(o, {1: 20, 2: 20, 3: 3}) == 10 * 10 * 1
+
+
+# A row "all" over i1 as IREE's dispatch holds it (i1 stored as i8: the combiner wrapped in
+# casts), and an argmax's index (a select): neither is a reduction the vectorizer takes.
+_ALL_MASKED = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @main(%arg0: tensor<64x128xf32>) -> tensor<64xi8> {
+  %c1 = arith.constant 1 : i8
+  %ninf = arith.constant 0xFF800000 : f32
+  %0 = tensor.empty() : tensor<64xi8>
+  %1 = linalg.fill ins(%c1 : i8) outs(%0 : tensor<64xi8>) -> tensor<64xi8>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]}
+      ins(%arg0 : tensor<64x128xf32>) outs(%1 : tensor<64xi8>) {
+  ^bb0(%in: f32, %out: i8):
+    %3 = arith.trunci %out : i8 to i1
+    %4 = arith.cmpf oeq, %in, %ninf : f32
+    %5 = arith.andi %4, %3 : i1
+    %6 = arith.extui %5 : i1 to i8
+    linalg.yield %6 : i8
+  } -> tensor<64xi8>
+  return %2 : tensor<64xi8>
+}
+"""
+
+_ARGMAX = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @main(%arg0: tensor<64x128xf32>, %m: tensor<64xf32>, %i: tensor<64xi64>)
+    -> (tensor<64xf32>, tensor<64xi64>) {
+  %2:2 = linalg.generic {indexing_maps = [#map, #map1, #map1],
+                         iterator_types = ["parallel", "reduction"]}
+      ins(%arg0 : tensor<64x128xf32>) outs(%m, %i : tensor<64xf32>, tensor<64xi64>) {
+  ^bb0(%in: f32, %out: f32, %idx: i64):
+    %j = linalg.index 1 : index
+    %k = arith.index_cast %j : index to i64
+    %mx = arith.maximumf %in, %out : f32
+    %gt = arith.cmpf ogt, %in, %out : f32
+    %s = arith.select %gt, %k, %idx : i64
+    linalg.yield %mx, %s : f32, i64
+  } -> (tensor<64xf32>, tensor<64xi64>)
+  return %2#0, %2#1 : tensor<64xf32>, tensor<64xi64>
+}
+"""
+
+
+def test_reductions_the_vectorizer_rejects_are_left_scalar():
+    fill, red = ops_of(_ALL_MASKED)
+    assert red.reduction_dims == (1,) and red.scalar and not fill.scalar
+    (argmax,) = ops_of(_ARGMAX)
+    assert argmax.scalar
+    # Combiners applied to the accumulator directly vectorize: sums, maxima, contractions.
+    assert not any(o.scalar for o in ops_of(ROW_SUM) + ops_of(MATMUL))

@@ -91,9 +91,9 @@ class _Upsample(__import__("torch").nn.Module):
 
 
 def test_gather_programs_validate(tools, tmp_path):
-    """Nearest upsampling reads with tensor.extract at computed indices: every sampled
-    program must vectorize (vectorize_nd_extract) and validate; one in three failed
-    before."""
+    """Nearest upsampling reads with tensor.extract at computed indices: that op is left
+    to scalar loops (OpInfo.scalar) and every sampled program must validate; one in three
+    failed before."""
     import torch
 
     model, inputs = _Upsample().eval(), (torch.randn(1, 8, 32, 32),)
@@ -103,8 +103,37 @@ def test_gather_programs_validate(tools, tmp_path):
     m = M.TaskMeasurer(tasks[0], tmp_path / "w", tools,
                        M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
     m.prepare()
-    assert any(o.gathers for o in m.task.ops)
+    assert any(o.scalar for o in m.task.ops)
     rng = random.Random(0)
     progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(6)]
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 6, [r.error[:200] for r in recs]
+
+
+class _AllMasked(__import__("torch").nn.Module):
+    """Which rows are wholly masked (what torch's causal scaled_dot_product_attention
+    checks): a reduction into a bool, which IREE stores as i8."""
+
+    def forward(self, x):
+        return (x == float("-inf")).all(dim=-1)
+
+
+def test_a_bool_reduction_is_left_scalar_and_validates(tools, tmp_path):
+    """Vectorized, every program of such a task failed to compile ("Attempted to vectorize,
+    but failed": the combiner sits between i8/i1 casts)."""
+    import torch
+
+    x = torch.randn(256, 128)
+    x[::3] = float("-inf")
+    (tmp_path / "m.mlir").write_text(import_model(_AllMasked().eval(), (x,)))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable]
+    (task,) = [t for t in tasks if any(o.reduction_dims for o in t.ops)]
+    assert any(o.scalar for o in task.ops)
+    m = M.TaskMeasurer(task, tmp_path / "w", tools,
+                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
+    m.prepare()
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, s, rng) for s in m.task.sketches for _ in range(2)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * len(progs), [r.error[:200] for r in recs]

@@ -43,7 +43,10 @@ class OpInfo:
     producers: tuple[int, ...]  # indices of ops whose results this op reads
     body_kinds: tuple[str, ...] = ()  # names of the arithmetic body ops (for features)
     prelude: tuple[str, ...] = ()  # passes a strategy runs first to see these ops (decomposition)
-    gathers: bool = False  # the body reads with tensor.extract at computed indices
+    # Left to scalar loops (the vectorizer would reject it): the body reads with
+    # tensor.extract at computed indices, or a reduction's yielded value is not one
+    # combining op applied to its accumulator (`_vectorizable_reduction`).
+    scalar: bool = False
     # The result reaches its binding through an `iree_linalg_ext.map_store` (IREE 3.13 folds
     # the reshape into a padded consumer's buffer into one): that op follows in payload order
     # and is tileable too, so the strategy tiles it as the workgroup root.
@@ -149,6 +152,37 @@ def _read_generic(op: ir.Operation) -> tuple[tuple[str, ...], tuple[OperandInfo,
         if b.operation.name.startswith(_ARITH_PREFIXES) and b.operation.name not in _FREE_OPS
     )
     return iterators, tuple(operands), kinds
+
+
+# Ops the vectorizer recognizes as a reduction's combiner (vector.CombiningKind).
+_COMBINERS = frozenset({
+    "arith.addf", "arith.addi", "arith.mulf", "arith.muli", "arith.andi", "arith.ori",
+    "arith.xori", "arith.maxnumf", "arith.minnumf", "arith.maximumf", "arith.minimumf",
+    "arith.maxsi", "arith.minsi", "arith.maxui", "arith.minui"})
+
+
+def _vectorizable_reduction(op: ir.Operation, iterators: tuple[str, ...]) -> bool:
+    """Whether every accumulator of a reducing generic is updated by one combining op that
+    reads it directly (what linalg's vectorizer takes). Not so for an argmax's `select`, nor
+    for an i1 accumulator: IREE stores i1 as i8 before our strategy runs, the combiner then
+    sits between casts (`extui(andi(x, trunci(acc)))`). Such tiles fail to vectorize."""
+    if "reduction" not in iterators:
+        return True
+    body = op.regions[0].blocks[0]
+    n_out = len(op.results)
+    accumulators = list(body.arguments)[len(body.arguments) - n_out:]
+    yielded = list(body.operations)[-1].operands
+    for acc, value in zip(accumulators, yielded):
+        if str(acc.type) == "i1":
+            return False
+        owner = value.owner
+        if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+            owner = owner.operation
+        if not isinstance(owner, ir.Operation) or owner.name not in _COMBINERS:
+            return False
+        if not any(v == acc for v in owner.operands):
+            return False
+    return True
 
 
 def _extents(iterators: tuple[str, ...], operands: tuple[OperandInfo, ...]) -> tuple[int, ...]:
@@ -261,18 +295,19 @@ def _analyze(task_mlir: str, decompose: bool) -> list:
             if op.name == "linalg.generic":
                 iterators, operands, kinds = _read_generic(op)
                 extents = _extents(iterators, operands)
-                gathers = any(b.operation.name == "tensor.extract"
+                scalar = (any(b.operation.name == "tensor.extract"
                               for b in op.regions[0].blocks[0].operations)
+                          or not _vectorizable_reduction(op, iterators))
             elif op.name == "tensor.pad":
                 shape = _static_shape(op.results[0].type)
                 iterators = ("parallel",) * len(shape)
                 ident = tuple(((d, 1),) for d in range(len(shape)))
                 operands = (OperandInfo(shape, ident, True, _elem_bytes(op.results[0].type)),)
-                extents, kinds, gathers = shape, (), False
+                extents, kinds, scalar = shape, (), False
             else:
                 raise UnsupportedDispatch(f"op '{orig_name}' cannot be generalized")
             infos.append(OpInfo(i, f"op{i}_{short}", orig_name, iterators, extents, operands,
-                                len(kinds), tuple(producers), kinds, prelude, gathers,
+                                len(kinds), tuple(producers), kinds, prelude, scalar,
                                 i in stored))
         return infos
 

@@ -378,9 +378,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     with ir.InsertionPoint(seq.body):
         func, h = payload_handles(tb, seq.bodyTarget, ops)
 
-        # Gathers (tensor.extract at computed indices) stay scalar: vectorized they become
-        # n-D vector.gather ops the LLVM lowering rejects for most tile shapes.
-        gathers = {o.name for o in ops if o.gathers}
+        # Ops the vectorizer rejects stay scalar (OpInfo.scalar); gathers (tensor.extract
+        # at computed indices) vectorized would become n-D vector.gather ops the LLVM
+        # lowering rejects for most tile shapes.
+        scalar_ops = {o.name for o in ops if o.scalar}
         vector_ops: list[str] = []
         extra_vector: list[ir.Value] = []  # handles of ops created by the strategy itself
         # S0: workgroups on the anchor, every producer fused in (consumers first).
@@ -498,7 +499,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 # beyond what its handle tracks ("tracking listener failed to find
                 # replacement op"); a handle with no later use is not tracked.
                 for n in vector_ops:
-                    if n != root.name and n not in gathers:
+                    if n != root.name and n not in scalar_ops:
                         tb.vectorize(h[n])
                 vector_ops = [root.name]
                 if kind != "fold":
@@ -506,7 +507,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 tb.patterns(func, [structured.ApplyFoldUnitExtentDimsViaSlicesPatternsOp,
                                    transform.ApplyCanonicalizationPatternsOp])
         for n in vector_ops:
-            if n not in gathers:
+            if n not in scalar_ops:
                 tb.vectorize(h[n])
         for handle in extra_vector:
             tb.vectorize(handle)
@@ -530,7 +531,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
         # canonicalizing again erases that self-copy, which vectorized would be one vector
         # of the whole workgroup tile (minutes of LLVM time on large conv tiles).
         tb.patterns(func, [transform.ApplyCanonicalizationPatternsOp])
-        if gathers:
+        if scalar_ops:
             structured.ConvertToLoopsOp(tbm.any_op(), tb.match_tileable(func))
         if root is not None and has_window_access(root):
             # Decomposed convolutions leave small copies around their rank-reduced

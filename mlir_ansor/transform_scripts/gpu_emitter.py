@@ -248,9 +248,9 @@ def build_gpu_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> No
                     # rejects their tiles, and a thread's tile is small.
                     vector_ops.append(root.name)
             vector_ops += _chunk_others(tb, h, ops, root)
-        gathers = {o.name for o in ops if o.gathers}  # scalar: see emitter.build_strategy
+        scalar_ops = {o.name for o in ops if o.scalar}  # scalar: see emitter.build_strategy
         for n in vector_ops:
-            if n not in gathers:
+            if n not in scalar_ops:
                 tb.vectorize(h[n])
         tb.patterns(func, tbm.after_vectorize())
         tb.cse(func)

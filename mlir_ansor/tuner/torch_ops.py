@@ -57,7 +57,7 @@ TorchOp = EinsumOp | ConvOp
 
 def _contraction(ops: Sequence[OpInfo]) -> OpInfo | None:
     """The dispatch's sum of products of two tensors (the largest, if several)."""
-    cands = [o for o in ops if o.is_linalg and o.reduction_dims and not o.gathers
+    cands = [o for o in ops if o.is_linalg and o.reduction_dims and not o.scalar
              and len([x for x in o.operands if not x.is_output]) == 2
              and len([x for x in o.operands if x.is_output]) == 1
              and sorted(o.body_kinds) == ["arith.addf", "arith.mulf"]
