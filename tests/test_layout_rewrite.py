@@ -142,3 +142,37 @@ def test_sites_of_one_signature_are_one_alternative(tools, tmp_path):
     fast = {k: 0.1 for a in alts for k, _ in a.added}
     slow = {k: 1.0 for a in alts for k, _ in a.removed}
     assert choose_sites(alts, {**fast, **slow}.get, 1.03) == sites
+
+
+def test_packed_sites_slower_end_to_end_than_none_are_not_handed_back(tmp_path, monkeypatch):
+    """Sites are chosen by their tasks' timings, but a packed layout changes the dispatches
+    around a site too: the model without packed sites is built, checked and timed at the
+    hand-back, and taken where it is faster. Here every site is forced packed and the form
+    without them timed ten times faster than it ran: it takes the folder's place."""
+    from dataclasses import replace
+
+    from mlir_ansor import tune
+    from mlir_ansor.tuner.stages import hand_back
+    from tests.conftest import DATA, QUICK_CLI
+
+    real_e2e = hand_back.model_e2e
+
+    def faster_unpacked(state, ex, m, sizes_of=None, repairs=None):
+        e = real_e2e(state, ex, m, sizes_of, repairs)
+        return replace(e, tuned_s=e.tuned_s / 10) if m.dir.name == hand_back.WITHOUT_PACKING \
+            else e
+
+    monkeypatch.setattr(hand_back, "choose_sites",
+                        lambda alts, latency, margin: [s for a in alts for s in a.sites])
+    monkeypatch.setattr(hand_back, "model_e2e", faster_unpacked)
+    out = tmp_path / "o"
+    rc = tune.main([f"{DATA / 'small_mlp.py'}:make", "--trials", "4", "--batch", "2",
+                    "--out", str(out), *QUICK_CLI])
+    assert rc == 0
+    (e2e,) = json.loads((out / "report.json").read_text())["e2e"].values()
+    with_them, without = e2e["packing_speedups"]
+    assert without > with_them and e2e["packed_sites"] == []
+    assert "linalg.pack" not in (out / "model_tuned.mlir").read_text()
+    assert load_layout(out / "layout.json").sites == ()
+    assert not (out / hand_back.WITHOUT_PACKING).exists()  # the side build is cleaned up
+    assert "none packed" in (out / "report.txt").read_text()

@@ -21,8 +21,8 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
-from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PadFusionChoice, choose_sites,
-                                      decide_pad_fusion, model_flow, save_layout,
+from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PackingChoice, PadFusionChoice,
+                                      choose_sites, decide_pad_fusion, model_flow, save_layout,
                                       winograd_form_name)
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
@@ -162,9 +162,11 @@ class _Export:
     def __init__(self, state: RunState, timed: dict, winners: dict[str, object],
                  plans: dict[str, SizePlan]):
         self.state, self.timed, self.winners, self.plans = state, timed, winners, plans
-        # Sites are chosen on what would run if every winner kept its strategy.
+        # Sites are chosen on what would run if every winner kept its strategy (none where
+        # the form without them won end to end).
         runs_s = what_runs(timed, winners, state.defaults)
-        self.sites = {name: tuple(choose_sites(f.alternatives, runs_s, state.opts.min_speedup))
+        self.sites = {name: () if f.packing is not None and not f.packing.on else
+                      tuple(choose_sites(f.alternatives, runs_s, state.opts.min_speedup))
                       for name, f in state.forms.items()}
         self.present: dict[str, frozenset[str]] = {}
         # Per dispatched model, (task key, branch tag or "", the dispatch's pattern) of
@@ -483,6 +485,30 @@ def _with_other_winograd(state: RunState, timed: dict, winners: dict
     return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS), other
 
 
+WITHOUT_PACKING = "without_packing"
+
+
+def _unpacked_pays(state: RunState, ex: _Export, e2e: EndToEnd) -> bool:
+    """Whether the one model of the run has packed weight sites, so that the form without
+    them is worth building and timing end to end against it."""
+    m = state.models[0]
+    return (state.single and e2e.measured and _cpu_timed_here(state)
+            and bool(ex.sites[m.name]) and state.forms[m.name].packing is None)
+
+
+def _without_packing(state: RunState, timed: dict, winners: dict
+                     ) -> tuple[_Export, EndToEnd, ModelForms]:
+    """The one model without packed weight sites (the plain tasks' strategies where they
+    won), in its folder's WITHOUT_PACKING, checked and timed as the tuned form was: (its
+    export, end-to-end result, forms with packing off)."""
+    m = state.models[0]
+    alt = _in_folder(m, WITHOUT_PACKING)
+    plain = replace(state.forms[m.name], packing=PackingChoice(False, (0.0, 0.0)))
+    sub = replace(state, models=(alt,), forms={**state.forms, m.name: plain})
+    ex = _Export(sub, timed, winners, {})
+    return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS), plain
+
+
 FUSED_AWAY = "IREE's pad fusion put a pad into this dispatch: IREE's kernel runs it"
 
 
@@ -621,6 +647,29 @@ def hand_back(state: RunState) -> RunState:
             shutil.rmtree(folder, ignore_errors=True)
         state = replace(state, forms={**state.forms, m.name: f})
         ex.state = state
+    if not plans and _unpacked_pays(state, ex, e2es[state.models[0].name]):
+        m = state.models[0]
+        folder = m.dir / WITHOUT_PACKING
+        try:
+            with clock.stage("hand back/without packing"):
+                alt_ex, alt_e2e, plain = _without_packing(state, timed, winners)
+        except (CompileError, DefaultModuleError) as e:  # the packed form stands
+            state.report(Note(f"the form without packed weights failed ({e}): not taken"))
+        else:
+            now, then = e2es[m.name].speedup, alt_e2e.speedup
+            take = then > now * opts.min_speedup  # the packed form is kept on a tie
+            state.report(Note(f"{m.name}: with {len(ex.sites[m.name])} packed weight sites "
+                              f"{now:.2f}x IREE's default end to end, without {then:.2f}x: "
+                              + ("unpacked" if take else "packed kept")))
+            f = replace(plain if take else state.forms[m.name],
+                        packing=PackingChoice(not take, (now, then)))
+            if take:
+                ex, e2es = alt_ex, {m.name: alt_e2e}
+                _move_forms(folder, m.dir)
+            state = replace(state, forms={**state.forms, m.name: f})
+            ex.state = state
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     if not plans and _pad_fusion_pays(state, e2es[state.models[0].name]):
         m = state.models[0]
         folder = m.dir / WITH_PAD_FUSION

@@ -155,6 +155,13 @@ def layout_parts(state: RunState) -> list[str]:
                      table(["sites", "op", "plain tasks", "packed tasks", "plain ms",
                             "packed ms", "speedup", "packed"]
                            + ([] if state.single else ["model"]), lrows))
+        for name, f in state.forms.items():
+            if f.packing is not None:
+                with_, without = f.packing.speedups
+                parts.append(f"Packed weight sites of {name}, decided end to end (the tuned "
+                             f"model over IREE's default): with them {with_:.2f}x, without "
+                             f"{without:.2f}x: " + ("packed" if f.packing.on else
+                                                    "none packed"))
     if state.opts.io_layout == "channels-last":
         parts.append("Inputs and outputs (--io-layout channels-last): the 4-D/5-D tensors "
                      "are NHWC / NDHWC, torch's channels_last memory format; torch eager "
@@ -419,6 +426,8 @@ def write_report(state: RunState) -> RunState:
                          "by_size": [dict(zip(("size", "torch_s", "default_s", "tuned_s"), r))
                                      for r in e.by_size],
                          "packed_sites": [s.index for s in hb.sites[m.name]],
+                         "packing_speedups": (list(state.forms[m.name].packing.speedups)
+                                              if state.forms[m.name].packing else None),
                          "channels_last": state.forms[m.name].channels_last,
                          "io_layout": state.opts.io_layout,
                          "data_tiling": state.forms[m.name].tiled,

@@ -11,8 +11,8 @@ from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
-                                      ModelLayout, PadFusionChoice, SmallSizesChoice,
-                                      TransposeChoice, WinogradChoice)
+                                      ModelLayout, PackingChoice, PadFusionChoice,
+                                      SmallSizesChoice, TransposeChoice, WinogradChoice)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -73,6 +73,9 @@ class ModelForms:
     # The form with Winograd the other way (--winograd auto): both forms are tuned, the
     # hand-back keeps the faster end to end (None: not formed, see the notes).
     winograd_other: OtherForm | None = None
+    # Packed weight sites checked end to end against none (None: not checked; the sites
+    # are chosen by their tasks' timings).
+    packing: PackingChoice | None = None
 
     def layout(self, sites: tuple[PackSite, ...] = ()) -> ModelLayout:
         """The layout of this form with the packed weight `sites`."""
