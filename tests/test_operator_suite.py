@@ -118,22 +118,58 @@ class _AllMasked(__import__("torch").nn.Module):
         return (x == float("-inf")).all(dim=-1)
 
 
-def test_a_bool_reduction_is_left_scalar_and_validates(tools, tmp_path):
-    """Vectorized, every program of such a task failed to compile ("Attempted to vectorize,
-    but failed": the combiner sits between i8/i1 casts)."""
+class _BiasArgmax(__import__("torch").nn.Module):
+    """An argmax over 37 classes after a bias: IREE fuses the bias into the (max, index)
+    reduction, whose index is a select."""
+
+    def __init__(self):
+        import torch
+
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(37))
+
+    def forward(self, x):
+        return (x + self.bias).argmax(-1)
+
+
+@pytest.mark.parametrize("model", [_AllMasked, _BiasArgmax])
+def test_a_reduction_without_a_plain_combiner_is_left_scalar_and_validates(model, tools,
+                                                                           tmp_path):
+    """Vectorized, every program of a bool reduction failed to compile ("Attempted to
+    vectorize, but failed": the combiner sits between i8/i1 casts); an argmax got
+    multi-level tiling sketches and 16 of 24 programs failed ("tracking listener failed").
+    Such an op is scalar, gets no multi-level tiling nor rfactor, and every sampled
+    program of every sketch validates."""
     import torch
 
-    x = torch.randn(256, 128)
+    torch.manual_seed(0)
+    x = torch.randn(197, 37)
     x[::3] = float("-inf")
-    (tmp_path / "m.mlir").write_text(import_model(_AllMasked().eval(), (x,)))
+    (tmp_path / "m.mlir").write_text(import_model(model().eval(), (x,)))
     tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
              if t.tunable]
     (task,) = [t for t in tasks if any(o.reduction_dims for o in t.ops)]
     assert any(o.scalar for o in task.ops)
+    assert not any(s.root for s in task.sketches)
     m = M.TaskMeasurer(task, tmp_path / "w", tools,
                        M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
     m.prepare()
     rng = random.Random(0)
-    progs = [annotate(m.task.ops, s, rng) for s in m.task.sketches for _ in range(2)]
+    progs = [annotate(m.task.ops, s, rng) for s in m.task.sketches for _ in range(3)]
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * len(progs), [r.error[:200] for r in recs]
+
+
+class _FlatArgmax(__import__("torch").nn.Module):
+    def forward(self, x):
+        return x.argmax()
+
+
+def test_a_full_argmax_is_left_to_iree_with_the_reason(tools, tmp_path):
+    """A reduction to a scalar runs as one workgroup's partial result merged after it,
+    which needs a combiner the tiling recognizes: an argmax has none."""
+    import torch
+
+    (tmp_path / "m.mlir").write_text(import_model(_FlatArgmax().eval(), (torch.randn(4096),)))
+    (task,) = extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+    assert not task.tunable and "without a plain combiner" in task.skip_reason

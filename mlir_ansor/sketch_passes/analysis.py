@@ -42,9 +42,11 @@ def has_data_reuse(op: OpInfo) -> bool:
     """A reduction where some input is not indexed by some parallel loop (A[i, k] in a
     matmul misses j): every element is read again for each of those iterations, and tiling
     turns that into reuse. An input that only misses reduction loops (the row max in a
-    softmax's exp-sum) is reused across a reduction, which tiling cannot exploit."""
-    if not op.is_linalg or not op.reduction_dims:
-        return False
+    softmax's exp-sum) is reused across a reduction, which tiling cannot exploit. Not for
+    an op left scalar (OpInfo.scalar: an argmax): multi-level tiling of it fails to
+    compile (its tiled reduction has no combiner to split on)."""
+    if not op.is_linalg or not op.reduction_dims or op.scalar:
+        return False  # (a scalar op has no register tiles to reuse data in)
     for o in op.operands:
         if o.is_output or not o.shape:
             continue

@@ -199,8 +199,8 @@ def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
     outer = [0 if l == last else t for l, t in enumerate(sizes)]
     if any(outer):
         h[op.name], _ = tb.tile_for(h[op.name], outer)
-    if not chunk:
-        return []  # the whole row is one vector
+    if not chunk or op.scalar:
+        return []  # the whole row is one vector (or scalar loops: no partial sums)
     rf = [chunk if l == last else 0 for l in range(len(sizes))]
     init, partial, merge, loop_h = tb.rfactor(h[op.name], rf)
     h[op.name] = partial

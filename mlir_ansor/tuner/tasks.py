@@ -226,6 +226,10 @@ def _analyzed(task: Task, func_mlir: str, target: str = "llvm-cpu") -> Task:
             why = f"a full reduction to a scalar: left to IREE on {target}"
         elif any(o.op_name != "linalg.fill" for o in ops[:-1]):
             why = "a full reduction to a scalar with other ops: left to IREE"
+        elif ops[-1].scalar:
+            # Its one-workgroup split needs a combiner the tiling recognizes.
+            why = ("a full reduction to a scalar without a plain combiner (an argmax, an "
+                   "i1 'all'): left to IREE")
     elif not sketches:
         why = "no sketch (several outputs): left to IREE"
     return replace(task, ops=ops, sketches=sketches, skip_reason=why)

@@ -39,7 +39,9 @@ class AddRfactor:
 
     def condition(self, ops: Sequence[OpInfo], state: State) -> Decision:
         op = ops[state.index]
-        if op.is_linalg and not state.sketch.root and has_more_reduction_parallel(op):
+        # (Partial sums need a combiner the tiling recognizes: not for an op left scalar.)
+        if op.is_linalg and not op.scalar and not state.sketch.root \
+                and has_more_reduction_parallel(op):
             return Decision.APPLY if op.parallel_dims else Decision.APPLY_AND_SKIP_REST
         return Decision.SKIP
 
