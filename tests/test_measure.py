@@ -134,6 +134,43 @@ def test_integer_index_inputs_cover_the_whole_table():
     assert other.min() < 0 < other.max()  # signed values
 
 
+_SAMPLED = """
+#m = affine_map<(d0) -> (d0)>
+func.func @main(%pos: tensor<16xf32>, %ids: tensor<16xi64>, %t: tensor<32x48xf32>)
+    -> tensor<16xf32> {
+  %c0 = arith.constant 0 : i64
+  %c48 = arith.constant 48 : i64
+  %e = tensor.empty() : tensor<16xf32>
+  %r = linalg.generic {indexing_maps = [#m, #m, #m], iterator_types = ["parallel"]}
+      ins(%pos, %ids : tensor<16xf32>, tensor<16xi64>) outs(%e : tensor<16xf32>) {
+  ^bb0(%p: f32, %i: i64, %o: f32):
+    %row = arith.fptosi %p : f32 to i64
+    %ri = arith.index_cast %row : i64 to index
+    %neg = arith.cmpi slt, %i, %c0 : i64
+    %up = arith.addi %i, %c48 : i64
+    %w = arith.select %neg, %up, %i : i64
+    %ci = arith.index_cast %w : i64 to index
+    %v = tensor.extract %t[%ri, %ci] : tensor<32x48xf32>
+    linalg.yield %v : f32
+  } -> tensor<16xf32>
+  return %r : tensor<16xf32>
+}
+"""
+
+
+def test_float_positions_and_wrapped_indices_are_drawn_in_range():
+    """A sample position (a float converted with fptosi) and an index wrapped by torch's
+    negative-index select each cover the extent they index, never beyond it."""
+    from mlir_ansor.tuner.validation import index_bounds, random_inputs
+
+    bounds = index_bounds(_SAMPLED)
+    assert bounds == {0: 32, 1: 48}
+    pos, ids = random_inputs([((4096,), np.dtype(np.float32)), ((4096,), np.dtype(np.int64))],
+                             0, bounds)
+    assert pos.min() >= 0 and pos.max() < 32 and pos.max() > 30
+    assert ids.min() >= 0 and ids.max() < 48
+
+
 def test_template_programs_apply_through_a_tuning_spec(mm_measurer):
     """The limited-space baseline: IREE lowering-config specs, confirmed in the config dump."""
     from mlir_ansor.sketch_passes.template import TemplatePolicy

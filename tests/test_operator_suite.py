@@ -173,3 +173,36 @@ def test_a_full_argmax_is_left_to_iree_with_the_reason(tools, tmp_path):
     (tmp_path / "m.mlir").write_text(import_model(_FlatArgmax().eval(), (torch.randn(4096),)))
     (task,) = extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
     assert not task.tunable and "without a plain combiner" in task.skip_reason
+
+
+class _Bilinear(__import__("torch").nn.Module):
+    def forward(self, x):
+        import torch
+
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear",
+                                               align_corners=False)
+
+
+def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
+    """IREE hands bilinear upsampling's sample positions to the dispatch as inputs (floats
+    converted with fptosi, integers wrapped by torch's negative-index select): drawn as
+    ordinary values they read outside the image, and every candidate, IREE's default too,
+    read garbage (4 of 4 'wrong answers' on an unseen model). They are drawn over the
+    indexed extent, and sampled programs validate."""
+    import torch
+
+    from mlir_ansor.tuner.validation import index_bounds
+
+    (tmp_path / "m.mlir").write_text(import_model(_Bilinear().eval(),
+                                                  (torch.randn(1, 8, 32, 32),)))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable and any(o.scalar for o in t.ops)]
+    task = max(tasks, key=lambda t: len(index_bounds(t.task_mlir)))
+    assert index_bounds(task.task_mlir)  # a wrapped integer index
+    m = M.TaskMeasurer(task, tmp_path / "w", tools,
+                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
+    m.prepare()
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(4)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 4, [r.error[:200] for r in recs]

@@ -2,8 +2,9 @@
 per-element error bound scaled by the magnitude of the computation.
 
 Inputs: floats uniform in [-1, 1] (signed: cancellations in a reduction are exercised);
-integers that a dispatch uses as indices (`index_cast` into `tensor.extract`) cover the
-whole indexed dimension; other integers are signed; booleans 0/1.
+integers (and floats) that a dispatch uses as indices (`index_cast`, `fptosi`, a select's
+wrap of negative indices, into `tensor.extract`) cover the whole indexed dimension; other
+integers are signed; booleans 0/1.
 
 Error bound: |got - ref| <= atol + rtol * max(|ref|, mag), per element, where `mag` is the
 reference build's output on the absolute values of the float inputs: for sums of products
@@ -24,13 +25,20 @@ from mlir_ansor.dialect_helpers.dynamic_sizes import CAST_OPS
 SIGNED_INT_RANGE = 64  # non-index integers are drawn from [-64, 64]
 
 
+# Float -> integer conversions an index may come through (bilinear sampling positions).
+_TO_INT = ("arith.fptosi", "arith.fptoui")
+
+
 def _index_bound(value: ir.Value) -> int | None:
-    """The smallest extent `value` indexes (through integer casts) in a tensor.extract."""
+    """The smallest extent `value` indexes in a tensor.extract: through integer casts,
+    float -> integer conversions, and as a value a select picks (torch's negative-index
+    wrap, `select(x < 0, x + n, x)`: an x in [0, n) passes unchanged)."""
     bound = None
     for use in value.uses:
         user = use.owner
         name = user.name
-        if name in CAST_OPS:
+        if name in CAST_OPS or name in _TO_INT or (name == "arith.select"
+                                                   and use.operand_number > 0):
             b = _index_bound(user.results[0])
         elif name == "tensor.extract" and use.operand_number > 0:
             shape = ir.RankedTensorType(user.operands[0].type).shape
@@ -83,7 +91,9 @@ def random_inputs(types: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int,
     bounds = bounds or {}
     out = []
     for i, (shape, dtype) in enumerate(types):
-        if dtype.kind == "f":
+        if dtype.kind == "f" and i in bounds:  # positions converted to indices
+            out.append(rng.uniform(0, bounds[i], size=shape).astype(dtype))
+        elif dtype.kind == "f":
             out.append(rng.uniform(-1, 1, size=shape).astype(dtype))
         elif dtype.kind == "b":
             out.append(rng.integers(0, 2, size=shape).astype(dtype))
