@@ -165,6 +165,10 @@ def test_float_positions_and_wrapped_indices_are_drawn_in_range():
 
     bounds = index_bounds(_SAMPLED)
     assert bounds == {0: 32, 1: 48}
+    # Checked against the runnable module's inputs: they may add a destination buffer.
+    types = ["tensor<16xf32>", "tensor<16xi64>", "tensor<32x48xf32>"]
+    assert index_bounds(_SAMPLED, types + ["tensor<20xf32>"]) == bounds
+    assert index_bounds(_SAMPLED, ["tensor<16xf32>"] * 3) == {}
     pos, ids = random_inputs([((4096,), np.dtype(np.float32)), ((4096,), np.dtype(np.int64))],
                              0, bounds)
     assert pos.min() >= 0 and pos.max() < 32 and pos.max() > 30

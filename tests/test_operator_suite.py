@@ -187,8 +187,9 @@ def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
     """IREE hands bilinear upsampling's sample positions to the dispatch as inputs (floats
     converted with fptosi, integers wrapped by torch's negative-index select): drawn as
     ordinary values they read outside the image, and every candidate, IREE's default too,
-    read garbage (4 of 4 'wrong answers' on an unseen model). They are drawn over the
-    indexed extent, and sampled programs validate."""
+    read garbage (4 of 4 'wrong answers' on an unseen model, twice: once for the paths,
+    once for the conversion in an op of its own). They are drawn over the indexed extent,
+    and sampled programs validate."""
     import torch
 
     from mlir_ansor.tuner.validation import index_bounds
@@ -197,8 +198,11 @@ def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
                                                   (torch.randn(1, 8, 32, 32),)))
     tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
              if t.tunable and any(o.scalar for o in t.ops)]
-    task = max(tasks, key=lambda t: len(index_bounds(t.task_mlir)))
-    assert index_bounds(task.task_mlir)  # a wrapped integer index
+    task = max(tasks, key=lambda t: len(index_bounds(t.task_mlir, t.input_types)))
+    # The float positions (converted by an elementwise op, then gathered with) and a
+    # wrapped integer index, checked against the runnable module's inputs (which add the
+    # padded buffer the dispatch writes into).
+    assert len(index_bounds(task.task_mlir, task.input_types)) >= 2
     m = M.TaskMeasurer(task, tmp_path / "w", tools,
                        M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
     m.prepare()

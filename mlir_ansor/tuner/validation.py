@@ -50,31 +50,59 @@ def _index_bound(value: ir.Value) -> int | None:
     return bound
 
 
+def _converted_input(generic: ir.Operation, result: int) -> int | None:
+    """The input of an elementwise `generic` whose element its `result` yields through
+    conversions only (fptosi, casts): None if it computes anything else."""
+    block = generic.regions[0].blocks[0]
+    value = list(block.operations)[-1].operands[result]
+    while True:
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            args = list(block.arguments)
+            n_in = len(args) - len(generic.results)
+            pos = next((i for i, a in enumerate(args) if a == value), None)
+            return pos if pos is not None and pos < n_in else None
+        owner = getattr(owner, "operation", owner)
+        if owner.name not in CAST_OPS and owner.name not in _TO_INT:
+            return None
+        value = owner.operands[0]
+
+
 def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict[int, int]:
-    """Argument position -> exclusive upper bound, for integer arguments of the task
-    function that index a tensor; empty unless its arguments are of `arg_types` (the
-    runnable module's inputs), when given."""
+    """Argument position -> exclusive upper bound, for arguments of the task function that
+    index a tensor, directly or converted by an elementwise op first (IREE's bilinear
+    sampling: fptosi of the positions, then the gather); empty unless its arguments are
+    the first of `arg_types` (the runnable module's inputs, which may add a destination
+    buffer), when given."""
     out: dict[int, int] = {}
     with ir.Context() as ctx:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(task_mlir)
         func = module.body.operations[0]
         args = list(func.regions[0].blocks[0].arguments)
-        if arg_types is not None and [str(a.type) for a in args] != list(arg_types):
+        if arg_types is not None and \
+                [str(a.type) for a in args] != list(arg_types)[:len(args)]:
             return out
+
+        def bound_value(src: ir.Value, b: int) -> None:
+            if src in args:
+                pos = args.index(src)
+                out[pos] = min(out.get(pos, b), b)
+                return
+            owner = getattr(src.owner, "operation", src.owner)
+            if isinstance(owner, ir.Operation) and owner.name == "linalg.generic":
+                i = _converted_input(owner, src.result_number)
+                if i is not None:
+                    bound_value(owner.operands[i], b)
 
         def visit(op: ir.Operation) -> None:
             if op.name == "linalg.generic":
                 n_in = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
                 block = op.regions[0].blocks[0]
                 for i in range(n_in):
-                    src = op.operands[i]
-                    if src not in args:
-                        continue
                     b = _index_bound(block.arguments[i])
                     if b is not None:
-                        pos = args.index(src)
-                        out[pos] = min(out.get(pos, b), b)
+                        bound_value(op.operands[i], b)
             for region in op.regions:
                 for blk in region.blocks:
                     for inner in blk.operations:
