@@ -26,3 +26,22 @@ def test_no_convolution_output_vanishes(make):
     for h in hooks:
         h.remove()
     assert len(peaks) > 50 and min(peaks) > 1e-2, min(peaks)
+
+
+import unseen_models  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(unseen_models.UNSEEN))
+def test_unseen_models_compute_something(name):
+    """tools/sweep_models.py's models run in torch and put out finite values that depend
+    on the input (a constant output would let any module pass the end-to-end check)."""
+    model, inputs = unseen_models.UNSEEN[name]()
+    with torch.no_grad():
+        out = model(*inputs)
+        shifted = tuple(x * 0.5 + 0.25 if x.dtype.is_floating_point else (x + 1) % 1000
+                        for x in inputs)
+        other = model(*shifted)
+    outs = out if isinstance(out, tuple) else (out,)
+    others = other if isinstance(other, tuple) else (other,)
+    assert all(torch.isfinite(o.float()).all() for o in outs)
+    assert any(not torch.equal(a, b) for a, b in zip(outs, others))
