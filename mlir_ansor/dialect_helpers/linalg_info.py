@@ -13,6 +13,7 @@ from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
+from mlir_ansor.dialect_helpers.tensor_building import defining
 from mlir_ansor.errors import UnsupportedDispatch
 
 # Body ops that count as one floating-point (or integer) operation each.
@@ -175,10 +176,8 @@ def _vectorizable_reduction(op: ir.Operation, iterators: tuple[str, ...]) -> boo
     for acc, value in zip(accumulators, yielded):
         if str(acc.type) == "i1":
             return False
-        owner = value.owner
-        if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
-            owner = owner.operation
-        if not isinstance(owner, ir.Operation) or owner.name not in _COMBINERS:
+        owner = defining(value)
+        if owner is None or owner.name not in _COMBINERS:
             return False
         if not any(v == acc for v in owner.operands):
             return False

@@ -21,12 +21,14 @@ import numpy as np
 from iree.compiler import ir
 
 from mlir_ansor.dialect_helpers.dynamic_sizes import CAST_OPS
+from mlir_ansor.dialect_helpers.tensor_building import defining
 
 SIGNED_INT_RANGE = 64  # non-index integers are drawn from [-64, 64]
 
 
-# Float -> integer conversions an index may come through (bilinear sampling positions).
-_TO_INT = ("arith.fptosi", "arith.fptoui")
+# What an index may come through on its way to a tensor.extract: integer casts and float
+# -> integer conversions (bilinear sampling positions).
+_CONVERSIONS = (*CAST_OPS, "arith.fptosi", "arith.fptoui")
 
 
 def _index_bound(value: ir.Value) -> int | None:
@@ -37,8 +39,7 @@ def _index_bound(value: ir.Value) -> int | None:
     for use in value.uses:
         user = use.owner
         name = user.name
-        if name in CAST_OPS or name in _TO_INT or (name == "arith.select"
-                                                   and use.operand_number > 0):
+        if name in _CONVERSIONS or (name == "arith.select" and use.operand_number > 0):
             b = _index_bound(user.results[0])
         elif name == "tensor.extract" and use.operand_number > 0:
             shape = ir.RankedTensorType(user.operands[0].type).shape
@@ -55,17 +56,14 @@ def _converted_input(generic: ir.Operation, result: int) -> int | None:
     conversions only (fptosi, casts): None if it computes anything else."""
     block = generic.regions[0].blocks[0]
     value = list(block.operations)[-1].operands[result]
-    while True:
-        owner = value.owner
-        if isinstance(owner, ir.Block):
-            args = list(block.arguments)
-            n_in = len(args) - len(generic.results)
-            pos = next((i for i, a in enumerate(args) if a == value), None)
-            return pos if pos is not None and pos < n_in else None
-        owner = getattr(owner, "operation", owner)
-        if owner.name not in CAST_OPS and owner.name not in _TO_INT:
+    while (owner := defining(value)) is not None:
+        if owner.name not in _CONVERSIONS:
             return None
         value = owner.operands[0]
+    args = list(block.arguments)
+    n_in = len(args) - len(generic.results)
+    pos = next((i for i, a in enumerate(args) if a == value), None)
+    return pos if pos is not None and pos < n_in else None
 
 
 def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict[int, int]:
@@ -89,8 +87,8 @@ def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict
                 pos = args.index(src)
                 out[pos] = min(out.get(pos, b), b)
                 return
-            owner = getattr(src.owner, "operation", src.owner)
-            if isinstance(owner, ir.Operation) and owner.name == "linalg.generic":
+            owner = defining(src)
+            if owner is not None and owner.name == "linalg.generic":
                 i = _converted_input(owner, src.result_number)
                 if i is not None:
                     bound_value(owner.operands[i], b)

@@ -493,7 +493,7 @@ def _unpacked_pays(state: RunState, ex: _Export, e2e: EndToEnd) -> bool:
     them is worth building and timing end to end against it."""
     m = state.models[0]
     return (state.single and e2e.measured and _cpu_timed_here(state)
-            and bool(ex.sites[m.name]) and state.forms[m.name].packing is None)
+            and bool(ex.sites[m.name]))
 
 
 def _without_packing(state: RunState, timed: dict, winners: dict
