@@ -103,3 +103,32 @@ def test_a_dimension_the_model_specialises_is_named_in_one_line():
                      {"x": {0: torch.export.Dim("x_0", min=2, max=32)}})
     msg = str(err.value)
     assert "\n" not in msg and "the model fixes x_0 to 16" in msg
+
+
+class SegmentSum(nn.Module):
+    """Rows summed into segments by a buffer of segment ids (`index_add`, which decomposes
+    to `index_put` with the ids inside its list of indices)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seg", torch.arange(12) % 5)
+
+    def forward(self, x):
+        out = torch.zeros(5, x.shape[1]).index_add(0, self.seg, x)
+        return out * 2
+
+
+def test_a_buffer_of_indices_imports_and_matches_torch():
+    import iree.compiler as ic
+    import iree.runtime as rt
+
+    torch.manual_seed(0)
+    model, x = SegmentSum().eval(), torch.randn(12, 6)
+    # torch-mlir alone refuses it ("Heterogeneous lists are not supported").
+    text = import_model(model, (x,))
+    vmfb = ic.compile_str(text, target_backends=["llvm-cpu"],
+                          extra_args=["--iree-llvmcpu-target-cpu=host"])
+    module = rt.load_vm_flatbuffer(vmfb, driver="local-task")
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(np.asarray(module.main(x.numpy())), want, rtol=1e-5, atol=1e-6)

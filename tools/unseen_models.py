@@ -3,7 +3,10 @@ exercises a different path of torch-mlir and IREE (a 7x7 depthwise conv with lay
 over channels, pooling and nearest / bilinear upsampling with concatenation, 1-D convs,
 an embedding lookup, torch's causal scaled_dot_product_attention, token-mixing linears over
 a transpose, an argmax, grouped convs with squeeze-and-excitation, a strided 5x5 stem, a
-stock nn.TransformerEncoderLayer, an LSTM, two outputs, einsum + cumsum, f16).
+stock nn.TransformerEncoderLayer, an LSTM, two outputs, einsum + cumsum, f16; and a second
+batch: transposed, dilated and 3-D convs, a Llama-style block, a GRU, pixel shuffle, an
+integer matmul, reflection padding with instance norm, top-k and sort, index_add on a
+buffer, a batch-1 decode linear, a channel shuffle, hard-swish, a broadcast matmul, bf16).
 `tools/sweep_models.py` tunes each with a small budget and prints where it stands; a run
 that fails, or a task whose every candidate fails, shows there.
 
@@ -178,6 +181,198 @@ class HalfMLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
+# Second batch (thirty-second session): transposed, dilated and 3-D convs, a Llama-style
+# block (RMSNorm, rotary embedding, SwiGLU), a GRU, pixel shuffle, integer matmul,
+# reflection padding with instance norm, top-k and sort, scatter-add, a batch-1 decode
+# linear, a ShuffleNet channel shuffle, hard-swish, a broadcast matmul, bf16.
+class ConvTranspose(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1)
+        self.c = nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.c(F.relu(self.up(x)))
+
+
+class DilatedGroupNorm(nn.Module):
+    def __init__(self, c: int = 64):
+        super().__init__()
+        self.c1 = nn.Conv2d(c, c, 3, padding=2, dilation=2)
+        self.gn = nn.GroupNorm(8, c)
+        self.c2 = nn.Conv2d(c, c, 3, padding=4, dilation=4)
+
+    def forward(self, x):
+        return self.c2(F.silu(self.gn(self.c1(x)))) + x
+
+
+class Conv3dBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv3d(8, 16, 3, padding=1)
+        self.bn = nn.BatchNorm3d(16)
+
+    def forward(self, x):
+        return F.avg_pool3d(F.relu(self.bn(self.c(x))), 2)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d) * 1.1)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d: int = 128, h: int = 4, s: int = 64):
+        super().__init__()
+        self.h, self.hd = h, d // h
+        self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.w1, self.w3 = nn.Linear(d, 344, bias=False), nn.Linear(d, 344, bias=False)
+        self.w2 = nn.Linear(344, d, bias=False)
+        freqs = 1.0 / 10000 ** (torch.arange(0, self.hd, 2).float() / self.hd)
+        ang = torch.outer(torch.arange(s).float(), freqs)
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+
+    def _rope(self, t):
+        a, b = t[..., 0::2], t[..., 1::2]
+        return torch.cat([a * self.cos - b * self.sin, a * self.sin + b * self.cos], -1)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        y = self.n1(x)
+        q, k, v = ((w(y).reshape(b, s, self.h, self.hd).transpose(1, 2)) for w in
+                   (self.wq, self.wk, self.wv))
+        a = F.scaled_dot_product_attention(self._rope(q), self._rope(k), v)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
+        y = self.n2(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
+class Gru(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(24, 48, batch_first=True)
+        self.fc = nn.Linear(48, 5)
+
+    def forward(self, x):
+        return self.fc(self.gru(x)[0][:, -1])
+
+
+class PixelShuffleSR(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 32, 5, padding=2)
+        self.c2 = nn.Conv2d(32, 3 * 9, 3, padding=1)
+        self.ps = nn.PixelShuffle(3)
+
+    def forward(self, x):
+        return self.ps(self.c2(torch.tanh(self.c1(x))))
+
+
+class IntMatmul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.register_buffer("w", torch.randint(-8, 8, (96, 80), generator=g, dtype=torch.int32))
+
+    def forward(self, x):
+        return (x.to(torch.int32) @ self.w) // 4 + 1
+
+
+class ReflectInstanceNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 16, 3)
+        self.n = nn.InstanceNorm2d(16, affine=True)
+
+    def forward(self, x):
+        return F.relu(self.n(self.c(F.pad(x, (1, 1, 1, 1), mode="reflect")))) + x
+
+
+class TopkSort(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 100)
+
+    def forward(self, x):
+        s = self.fc(x)
+        vals, idx = s.topk(5, dim=-1)
+        return vals.softmax(-1), torch.sort(s, dim=-1)[0][:, :3], idx
+
+
+class ScatterAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("seg", torch.arange(64) % 7)
+
+    def forward(self, x):
+        h = F.relu(self.fc(x))
+        out = torch.zeros(7, 16, dtype=h.dtype).index_add(0, self.seg, h)
+        return out / 3.0
+
+
+class DecodeLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(512, 2048), nn.Linear(2048, 512)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class ShuffleUnit(nn.Module):
+    def __init__(self, c: int = 116):
+        super().__init__()
+        h = c // 2
+        self.pw1, self.b1 = nn.Conv2d(h, h, 1, bias=False), nn.BatchNorm2d(h)
+        self.dw, self.b2 = nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False), nn.BatchNorm2d(h)
+        self.pw2, self.b3 = nn.Conv2d(h, h, 1, bias=False), nn.BatchNorm2d(h)
+
+    def forward(self, x):
+        a, b = x.chunk(2, 1)
+        b = F.relu(self.b3(self.pw2(self.b2(self.dw(F.relu(self.b1(self.pw1(b))))))))
+        y = torch.cat([a, b], 1)
+        n, c, hh, w = y.shape
+        return y.reshape(n, 2, c // 2, hh, w).transpose(1, 2).reshape(n, c, hh, w)
+
+
+class HardSwishSE(nn.Module):
+    def __init__(self, c: int = 72):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 5, padding=2, groups=c)
+        self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+        self.pw = nn.Conv2d(c, 40, 1)
+
+    def forward(self, x):
+        y = F.hardswish(self.dw(x))
+        s = F.hardsigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(y, 1)))))
+        return self.pw(y * s)
+
+
+class BroadcastMatmul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 64, 48) * 0.1)
+
+    def forward(self, x):
+        return torch.clamp(x @ self.w, -1.0, 1.0) + torch.erf(x[..., :48])
+
+
+class Bf16MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(128, 256), nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
 def _seeded() -> None:
     torch.manual_seed(3)
 
@@ -263,7 +458,93 @@ def half_mlp():
     return HalfMLP().eval().half(), (torch.randn(64, 128).half(),)
 
 
+def conv_transpose():
+    _seeded()
+    return ConvTranspose().eval(), (torch.randn(1, 32, 24, 24),)
+
+
+def dilated_groupnorm():
+    _seeded()
+    return DilatedGroupNorm().eval(), (torch.randn(1, 64, 32, 32),)
+
+
+def conv3d_block():
+    _seeded()
+    m = Conv3dBlock().eval()
+    m.bn.running_mean.normal_(0, 0.1)
+    m.bn.running_var.uniform_(0.5, 1.5)
+    return m, (torch.randn(1, 8, 8, 24, 24),)
+
+
+def llama_block():
+    _seeded()
+    return LlamaBlock().eval(), (torch.randn(1, 64, 128),)
+
+
+def gru():
+    _seeded()
+    return Gru().eval(), (torch.randn(3, 12, 24),)
+
+
+def pixel_shuffle_sr():
+    _seeded()
+    return PixelShuffleSR().eval(), (torch.randn(1, 3, 40, 40),)
+
+
+def int_matmul():
+    _seeded()
+    return IntMatmul().eval(), (torch.randint(-20, 20, (64, 96), dtype=torch.int32),)
+
+
+def reflect_instance_norm():
+    _seeded()
+    return ReflectInstanceNorm().eval(), (torch.randn(2, 16, 32, 32),)
+
+
+def topk_sort():
+    _seeded()
+    return TopkSort().eval(), (torch.randn(8, 32),)
+
+
+def scatter_add():
+    _seeded()
+    return ScatterAdd().eval(), (torch.randn(64, 16),)
+
+
+def decode_linear():
+    _seeded()
+    return DecodeLinear().eval(), (torch.randn(1, 512),)
+
+
+def shuffle_unit():
+    _seeded()
+    m = ShuffleUnit().eval()
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.normal_(0, 0.1)
+            mod.running_var.uniform_(0.5, 1.5)
+    return m, (torch.randn(1, 116, 28, 28),)
+
+
+def hardswish_se():
+    _seeded()
+    return HardSwishSE().eval(), (torch.randn(1, 72, 28, 28),)
+
+
+def broadcast_matmul():
+    _seeded()
+    return BroadcastMatmul().eval(), (torch.randn(2, 3, 32, 64),)
+
+
+def bf16_mlp():
+    _seeded()
+    return Bf16MLP().eval().bfloat16(), (torch.randn(32, 128).bfloat16(),)
+
+
 UNSEEN = {f.__name__: f for f in (
     convnext_block, unet_like, audio_1d, text_classifier, sdpa_block, mixer_block,
     bilinear_up, argmax_head, seresnext_block, strided_stem, transformer_encoder, lstm,
-    two_heads, einsum_cumsum, half_mlp)}
+    two_heads, einsum_cumsum, half_mlp,
+    conv_transpose, dilated_groupnorm, conv3d_block, llama_block, gru, pixel_shuffle_sr,
+    int_matmul, reflect_instance_norm, topk_sort, scatter_add, decode_linear, shuffle_unit,
+    hardswish_se, broadcast_matmul, bf16_mlp)}

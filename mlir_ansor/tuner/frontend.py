@@ -62,6 +62,41 @@ def drop_identity_expands(program) -> int:
     return dropped
 
 
+def clone_listed_constants(program) -> int:
+    """Give each lifted parameter, buffer or constant that sits inside a list argument
+    (the indices of `index_put`, which `index_add` and `x[idx] = v` decompose to) a clone
+    node of its own there; returns how many. torch-mlir's frozen import replaces those
+    inputs by their tensors, and a tensor in a list is refused ("Heterogeneous lists are
+    not supported"); a clone is a node, and IREE folds the copy of a constant away."""
+    import torch
+
+    sig = program.graph_signature
+    lifted = {*sig.inputs_to_parameters, *sig.inputs_to_buffers,
+              *sig.inputs_to_lifted_tensor_constants}
+    graph, cloned = program.graph_module.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        args = list(node.args)
+        for i, arg in enumerate(args):
+            if not isinstance(arg, (list, tuple)):
+                continue
+            items = list(arg)
+            for j, item in enumerate(items):
+                if isinstance(item, torch.fx.Node) and item.op == "placeholder" \
+                        and item.name in lifted:
+                    with graph.inserting_before(node):
+                        clone = graph.call_function(torch.ops.aten.clone.default, (item,))
+                    clone.meta["val"] = item.meta.get("val")
+                    items[j] = clone
+                    cloned += 1
+            args[i] = type(arg)(items)
+        node.args = tuple(args)
+    if cloned:
+        program.graph_module.recompile()
+    return cloned
+
+
 def _capturing_stderr(step: Callable[[], Any]) -> tuple[Any, Exception | None, str]:
     """(step's result, the exception it raised, what it printed to fd 2). MLIR prints its
     diagnostics (which name the failing op) straight to fd 2."""
@@ -95,6 +130,7 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
                                     ).run_decompositions(get_decomposition_table()))
     if error is None:
         drop_identity_expands(program)
+        clone_listed_constants(program)
         module, error, diagnostics = _capturing_stderr(
             lambda: fx.export_and_import(program, output_type="linalg-on-tensors",
                                          func_name="main", decomposition_table={}))
