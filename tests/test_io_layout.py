@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from mlir_ansor.dialect_helpers.activation_layout import (sink_transposes_below_pads,
+from mlir_ansor.dialect_helpers.activation_layout import (hoist_transposes_above_pads,
+                                                          sink_transposes_below_pads,
                                                           to_channels_last)
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dynamic import parse_dynamic, resolve
@@ -167,6 +168,66 @@ def test_pads_fed_by_a_transpose_are_moved_only_where_transposes_use_them():
         out = str(module)
     # The moved pad pads %x's own dims (H low 1 high 1, W low 2): [N, H, W, C].
     assert "tensor.pad %arg0 low[0, 1, 2, 0] high[0, 1, 0, 0]" in out, out
+
+
+def test_a_transpose_after_a_pad_of_a_channels_first_image_moves_before_it():
+    from iree.compiler import ir
+
+    body = """
+      %c = arith.constant 0.0 : f32
+      %p = tensor.pad %x low[0, 0, 1, 2] high[0, 0, 1, 0] {
+      ^bb0(%a: index, %b: index, %d: index, %f: index):
+        tensor.yield %c : f32
+      } : tensor<1x4x6x5xf32> to tensor<1x4x8x7xf32>
+      %e = tensor.empty() : tensor<1x8x7x4xf32>
+      %u = linalg.transpose ins(%p : tensor<1x4x8x7xf32>) outs(%e : tensor<1x8x7x4xf32>)
+          permutation = [0, 2, 3, 1]
+      %q = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+      ^bb0(%a: index, %b: index, %d: index, %f: index):
+        tensor.yield %c : f32
+      } : tensor<1x4x6x5xf32> to tensor<1x4x8x7xf32>
+      %e2 = tensor.empty() : tensor<1x8x7x4xf32>
+      %v = linalg.transpose ins(%q : tensor<1x4x8x7xf32>) outs(%e2 : tensor<1x8x7x4xf32>)
+          permutation = [0, 2, 3, 1]
+      return %u, %v, %q : tensor<1x8x7x4xf32>, tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>"""
+    text = linalg_func("%x: tensor<1x4x6x5xf32>",
+                       "(tensor<1x8x7x4xf32>, tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>)", body)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        # %u's pad has no other user: the transpose moves before it; %q is also returned.
+        assert hoist_transposes_above_pads(module) == 1
+        assert module.operation.verify()
+        out = str(module)
+    assert "linalg.transpose ins(%arg0 : tensor<1x4x6x5xf32>)" in out, out
+    # The pad now pads the transposed [N, H, W, C] dims: H low 1 high 1, W low 2.
+    assert "low[0, 1, 2, 0] high[0, 1, 0, 0]" in out, out
+    assert out.count("tensor.pad") == 2
+
+
+def test_a_channels_first_image_padded_for_a_depthwise_conv_is_read_channels_last(tools,
+                                                                                 tmp_path):
+    """ConvNeXt's block: the model's NCHW input padded into a depthwise conv whose output
+    is permuted channels-last. After the rewrite no transpose reads a pad, so IREE cannot
+    fuse one into the conv's input map."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(16, 16, 7, padding=3, groups=16)
+
+        def forward(self, x):
+            return self.dw(x).permute(0, 2, 3, 1) * 2
+
+    from iree.compiler import ir
+
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(1, 16, 12, 12)
+    text = to_channels_last(import_model(model, (x,)))
+    with ir.Context():
+        module = ir.Module.parse(text)
+        for t in walk_ops(module.operation, "linalg.transpose"):
+            src = t.operands[0].owner
+            assert isinstance(src, ir.Block) or src.name != "tensor.pad", text
+    assert_computes_torchs_numbers(text, model, (x,), tools, tmp_path)
 
 
 _DEPTHWISE_NHWC = """
