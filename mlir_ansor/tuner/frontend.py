@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from mlir_ansor.dialect_helpers.bf16_constants import densify_small_bf16_constants
 from mlir_ansor.dialect_helpers.transposed_conv import decompose_transposed_convs
 from mlir_ansor.errors import FrontendError
 
@@ -150,4 +151,5 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
         raise FrontendError(f"torch-mlir cannot import the model{where}: {first}") from e
     # Transposed convs without the multiplications by the zeros torch-mlir spreads in.
-    return decompose_transposed_convs(str(module))[0]
+    text = decompose_transposed_convs(str(module))[0]
+    return densify_small_bf16_constants(text)[0]

@@ -45,6 +45,27 @@ def _exchanged(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.dim() in _RANKS
 
 
+def boundary_wrapper(cls_name: str, model: Any, forward: Any) -> Any:
+    """A torch module named `cls_name` running `forward(self, *args)` with `self.inner` the
+    user's `model`: the forward keeps the model's argument names (torch.export binds
+    `dynamic_shapes` by them) and the model's training flag."""
+    import torch
+
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params:
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore
+    cls = type(cls_name, (torch.nn.Module,), {"forward": forward})
+    wrapper = cls()
+    wrapper.inner = model
+    # The wrapper's own flag only: train() would reset every submodule's the user set.
+    wrapper.training = bool(getattr(model, "training", False))
+    return wrapper
+
+
 def wrap_channels_last(name: str, model: Any, inputs: tuple) -> tuple[Any, tuple]:
     """(a torch module taking and returning the rank-4/5 tensors of `model` channels-last,
     its example inputs): a FrontendError if `model` has no rank-4/5 input."""
@@ -67,20 +88,7 @@ def wrap_channels_last(name: str, model: Any, inputs: tuple) -> tuple[Any, tuple
         # Every rank-4/5 tensor of the output, however nested (tuples, lists, dicts).
         return pytree.tree_map(last, self.inner(*(first(a) for a in args)))
 
-    # torch.export binds `dynamic_shapes` by the forward's argument names: keep the model's.
-    try:
-        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    if params:
-        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-        forward.__signature__ = inspect.Signature([self_param, *params])  # type: ignore
-
-    cls = type("ChannelsLastIO", (torch.nn.Module,), {"forward": forward})
-    wrapper = cls()
-    wrapper.inner = model
-    # The wrapper's own flag only: train() would reset every submodule's the user set.
-    wrapper.training = bool(getattr(model, "training", False))
+    wrapper = boundary_wrapper("ChannelsLastIO", model, forward)
     # contiguous(): the example is an ordinary NHWC tensor, as a user's channels_last view
     # permuted would be.
     return wrapper, tuple(last(x).contiguous() if _exchanged(x) else x for x in inputs)

@@ -27,6 +27,9 @@ from mlir_ansor.tuner.toolchain import Toolchain, target_flags
 
 _DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32,
            "i64": np.int64, "i8": np.int8, "i1": np.bool_}
+# Element types of dispatch arguments numpy has no dtype for, or IREE's tools write no
+# .npy of (bf16: "unsupported data encoding"): such dispatches are not tuned.
+_NO_FILES = ("bf16",)
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,20 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
                     size_exprs=d.size_exprs, ordinal_exprs=d.ordinal_exprs,
                     dynamic_dims=d.pattern.dynamic_dims if d.pattern else (),
                     ordinal_bounds=d.pattern.ordinal_bounds if d.pattern else ())
-        tasks.append(_analyzed(task, task.task_mlir, target) if d.pattern else task)
+        unexchangeable = sorted({t for t in (*d.input_types, *d.output_types)
+                                 if _element_type(t) in _NO_FILES})
+        if unexchangeable and not task.skip_reason:
+            task = replace(task, skip_reason=(
+                f"arguments of type {', '.join(unexchangeable)}: numpy and IREE's tools "
+                "exchange no such files, so a candidate cannot be checked: left to IREE"))
+        tasks.append(_analyzed(task, task.task_mlir, target)
+                     if d.pattern and not task.skip_reason else task)
     return tasks
+
+
+def _element_type(t: str) -> str:
+    m = re.fullmatch(r"tensor<(?:[\d?]+x)*(\w+)>", t)
+    return m.group(1) if m else ""
 
 
 def nominal_sample(task: Task) -> dict[int, int]:

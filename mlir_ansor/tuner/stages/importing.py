@@ -11,6 +11,7 @@ from mlir_ansor.dynamic import (parse_dynamic, read_shape_weights, resolve, samp
                                 tune_samples)
 from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.frontend import import_model, load_factory
+from mlir_ansor.tuner.io_dtypes import bf16_boundary, wrap_f32_boundary
 from mlir_ansor.tuner.io_layout import map_dynamic, wrap_channels_last
 from mlir_ansor.tuner.stages.state import ModelIn, RunState
 from mlir_ansor.tuner.tasks import SizeSample
@@ -56,6 +57,9 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
         d = state.out if single else state.out / safe_dir_name(name)
         dims = [parse_dynamic(s) for s in state.opts.dynamic]
         resolved = resolve(model, inputs, dims) if dims else None
+        as_f32 = tuple(bf16_boundary(model, inputs))
+        if as_f32:  # (shapes unchanged: `resolved` holds)
+            model, inputs = wrap_f32_boundary(model, inputs)
         if state.opts.io_layout == "channels-last":
             wrapped, cl_inputs = wrap_channels_last(name, model, inputs)
             if resolved is not None:
@@ -68,7 +72,7 @@ def load_models(state: RunState, factory: Callable | None = None) -> RunState:
             weights = (sample_weights(resolved, points, observed) if observed
                        else [1.0] * len(points))
             samples = tuple(SizeSample(p, w) for p, w in zip(points, weights))
-        models.append(ModelIn(name, model, inputs, Path(d), resolved, samples))
+        models.append(ModelIn(name, model, inputs, Path(d), resolved, samples, as_f32))
     return replace(state, models=tuple(models))
 
 

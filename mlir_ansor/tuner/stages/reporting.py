@@ -166,6 +166,12 @@ def layout_parts(state: RunState) -> list[str]:
         parts.append("Inputs and outputs (--io-layout channels-last): the 4-D/5-D tensors "
                      "are NHWC / NDHWC, torch's channels_last memory format; torch eager "
                      "and every check ran on them too")
+    for m in state.models:
+        if m.bf16_as_f32:
+            parts.append(f"bf16 at the boundary of {m.name} ({', '.join(m.bf16_as_f32)}): "
+                         "exchanged as f32 (numpy and IREE's tools have no bf16 files); the "
+                         "model computes in bf16 inside, and the module handed back takes "
+                         "and returns f32 there")
     for name, f in state.forms.items():
         a = f.activation
         if a is None:
@@ -430,6 +436,7 @@ def write_report(state: RunState) -> RunState:
                                               if state.forms[m.name].packing else None),
                          "channels_last": state.forms[m.name].channels_last,
                          "io_layout": state.opts.io_layout,
+                         "bf16_as_f32": list(m.bf16_as_f32),
                          "data_tiling": state.forms[m.name].tiled,
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,

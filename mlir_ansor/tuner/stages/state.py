@@ -35,6 +35,8 @@ class ModelIn:
     dynamic: Any = None  # dynamic.Resolved: the --dynamic dimensions of its inputs
     # What its dynamic tasks are measured at (weighted by --shape-weights, else uniform).
     samples: tuple[SizeSample, ...] = ()
+    # Its bf16 inputs and outputs, exchanged as f32 (tuner/io_dtypes.py).
+    bf16_as_f32: tuple[str, ...] = ()
 
     @property
     def baseline_dir(self) -> Path:
