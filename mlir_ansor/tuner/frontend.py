@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlir_ansor.dialect_helpers.bf16_constants import densify_small_bf16_constants
+from mlir_ansor.dialect_helpers.sorts import sorts_to_topk
 from mlir_ansor.dialect_helpers.transposed_conv import decompose_transposed_convs
 from mlir_ansor.errors import FrontendError
 
@@ -152,4 +153,6 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
         raise FrontendError(f"torch-mlir cannot import the model{where}: {first}") from e
     # Transposed convs without the multiplications by the zeros torch-mlir spreads in.
     text = decompose_transposed_convs(str(module))[0]
+    # torch.topk as a top-k, not a whole sort (IREE's CPU sort is a bubble sort).
+    text = sorts_to_topk(text)[0]
     return densify_small_bf16_constants(text)[0]
