@@ -6,7 +6,10 @@ a transpose, an argmax, grouped convs with squeeze-and-excitation, a strided 5x5
 stock nn.TransformerEncoderLayer, an LSTM, two outputs, einsum + cumsum, f16; and a second
 batch: transposed, dilated and 3-D convs, a Llama-style block, a GRU, pixel shuffle, an
 integer matmul, reflection padding with instance norm, top-k and sort, index_add on a
-buffer, a batch-1 decode linear, a channel shuffle, hard-swish, a broadcast matmul, bf16).
+buffer, a batch-1 decode linear, a channel shuffle, hard-swish, a broadcast matmul, bf16;
+and a third: shifted-window attention, WaveNet's dilated causal convs, cross entropy,
+masked_fill by lengths, cosine similarity, adaptive and ceil-mode pooling, fake
+quantization, unbind/stack/cumprod, grid_sample, bicubic, a depthwise-separable 1-D block).
 `tools/sweep_models.py` tunes each with a small budget and prints where it stands; a run
 that fails, or a task whose every candidate fails, shows there.
 
@@ -373,6 +376,146 @@ class Bf16MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+# Third batch (thirty-second session): shifted-window attention with a gathered relative
+# bias, dilated causal 1-D convs (WaveNet), cross entropy, masked_fill by lengths, cosine
+# similarity, adaptive pools, ceil-mode pooling, fake quantization, unbind/stack/cumprod,
+# grid_sample, bicubic upsampling, a depthwise-separable 1-D block.
+class WindowAttention(nn.Module):
+    """Swin-style: shifted windows (roll), attention inside 4x4 windows with a learned
+    relative bias gathered by an index buffer."""
+    def __init__(self, d=32, h=2, w=4):
+        super().__init__()
+        self.h, self.w = h, w
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.table = nn.Parameter(torch.randn((2 * w - 1) ** 2, h) * 0.1)
+        c = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
+        rel = (c[:, :, None] - c[:, None, :]).permute(1, 2, 0) + (w - 1)
+        self.register_buffer("idx", rel[..., 0] * (2 * w - 1) + rel[..., 1])
+
+    def forward(self, x):
+        b, H, W, d = x.shape
+        w = self.w
+        x = torch.roll(x, (-2, -2), (1, 2))
+        t = x.reshape(b, H // w, w, W // w, w, d).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, d)
+        q, k, v = self.qkv(t).reshape(t.shape[0], w * w, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-1, -2)) * (d // self.h) ** -0.5
+        a = a + self.table[self.idx].permute(2, 0, 1)
+        y = (a.softmax(-1) @ v).transpose(1, 2).reshape(t.shape[0], w * w, d)
+        return self.proj(y)
+
+
+class Wavenet(nn.Module):
+    def __init__(self, c=32):
+        super().__init__()
+        self.f = nn.ModuleList(nn.Conv1d(c, 2 * c, 2, dilation=d) for d in (1, 2, 4))
+        self.o = nn.ModuleList(nn.Conv1d(c, c, 1) for _ in range(3))
+
+    def forward(self, x):
+        for f, o in zip(self.f, self.o):
+            y = f(F.pad(x, (f.dilation[0], 0)))
+            a, g = y.chunk(2, 1)
+            x = x + o(torch.tanh(a) * torch.sigmoid(g))
+        return x
+
+
+class CrossEntropyHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 50)
+
+    def forward(self, x, target):
+        return F.cross_entropy(self.fc(x), target, reduction="none")
+
+
+class MaskedFill(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x, lengths):
+        s = self.fc(x) @ x.transpose(1, 2)
+        pos = torch.arange(x.shape[1])
+        mask = pos[None, None, :] >= lengths[:, None, None]
+        return s.masked_fill(mask, float("-inf")).softmax(-1)
+
+
+class NormalizeCosine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proto = nn.Parameter(torch.randn(20, 48))
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1) @ F.normalize(self.proto, dim=-1).t() * 10.0
+
+
+class AdaptivePool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c(x))
+        return torch.cat([F.adaptive_avg_pool2d(y, 7).flatten(1),
+                          F.adaptive_max_pool2d(y, 3).flatten(1)], 1)
+
+
+class CeilPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(8, 24, 3)
+
+    def forward(self, x):
+        return F.max_pool2d(F.relu(self.c(x)), 3, 2, ceil_mode=True)
+
+
+class FakeQuant(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        s = x.abs().amax(-1, keepdim=True) / 127.0
+        q = torch.clamp(torch.round(x / s), -128, 127)
+        return self.fc(q * s)
+
+
+class StackUnbind(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ws = nn.Parameter(torch.randn(3, 24, 24) * 0.2)
+
+    def forward(self, x):
+        parts = x.unbind(1)
+        ys = [p @ w for p, w in zip(parts, self.ws)]
+        return torch.stack(ys, 1).cumprod(-1).clamp(-5, 5)
+
+
+class GridSample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor([[0.9, 0.1, 0.05], [-0.1, 0.9, 0.0]]))
+
+    def forward(self, x):
+        grid = F.affine_grid(self.theta[None].expand(x.shape[0], 2, 3), x.shape, align_corners=False)
+        return F.grid_sample(x, grid, align_corners=False)
+
+
+class Bicubic(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, size=(45, 45), mode="bicubic", align_corners=False)
+
+
+class DepthwiseSeparable1d(nn.Module):
+    def __init__(self, c=64):
+        super().__init__()
+        self.dw = nn.Conv1d(c, c, 9, padding=4, groups=c)
+        self.pw = nn.Conv1d(c, 128, 1)
+        self.ln = nn.LayerNorm(128)
+
+    def forward(self, x):
+        return self.ln(F.gelu(self.pw(self.dw(x))).transpose(1, 2))
+
+
 def _seeded() -> None:
     torch.manual_seed(3)
 
@@ -541,10 +684,72 @@ def bf16_mlp():
     return Bf16MLP().eval().bfloat16(), (torch.randn(32, 128).bfloat16(),)
 
 
+def window_attention():
+    _seeded()
+    return WindowAttention().eval(), (torch.randn(2, 8, 8, 32),)
+
+
+def wavenet():
+    _seeded()
+    return Wavenet().eval(), (torch.randn(2, 32, 256),)
+
+
+def cross_entropy():
+    _seeded()
+    return CrossEntropyHead().eval(), (torch.randn(16, 64), torch.randint(0, 49, (16,)))
+
+
+def masked_fill():
+    _seeded()
+    return MaskedFill().eval(), (torch.randn(3, 20, 32), torch.tensor([20, 7, 13]))
+
+
+def normalize_cosine():
+    _seeded()
+    return NormalizeCosine().eval(), (torch.randn(12, 48),)
+
+
+def adaptive_pool():
+    _seeded()
+    return AdaptivePool().eval(), (torch.randn(2, 16, 20, 20),)
+
+
+def ceil_pool():
+    _seeded()
+    return CeilPool().eval(), (torch.randn(1, 8, 34, 34),)
+
+
+def fake_quant():
+    _seeded()
+    return FakeQuant().eval(), (torch.randn(16, 64),)
+
+
+def stack_unbind():
+    _seeded()
+    return StackUnbind().eval(), (torch.randn(4, 3, 24) * 0.5,)
+
+
+def grid_sample():
+    _seeded()
+    return GridSample().eval(), (torch.randn(2, 4, 16, 16),)
+
+
+def bicubic():
+    _seeded()
+    return Bicubic().eval(), (torch.randn(1, 3, 30, 30),)
+
+
+def depthwise_1d():
+    _seeded()
+    return DepthwiseSeparable1d().eval(), (torch.randn(2, 64, 100),)
+
+
 UNSEEN = {f.__name__: f for f in (
     convnext_block, unet_like, audio_1d, text_classifier, sdpa_block, mixer_block,
     bilinear_up, argmax_head, seresnext_block, strided_stem, transformer_encoder, lstm,
     two_heads, einsum_cumsum, half_mlp,
     conv_transpose, dilated_groupnorm, conv3d_block, llama_block, gru, pixel_shuffle_sr,
     int_matmul, reflect_instance_norm, topk_sort, scatter_add, decode_linear, shuffle_unit,
-    hardswish_se, broadcast_matmul, bf16_mlp)}
+    hardswish_se, broadcast_matmul, bf16_mlp,
+    window_attention, wavenet, cross_entropy, masked_fill, normalize_cosine, adaptive_pool,
+    ceil_pool, fake_quant, stack_unbind, grid_sample, bicubic, depthwise_1d)}
