@@ -198,11 +198,12 @@ def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
                                                   (torch.randn(1, 8, 32, 32),)))
     tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
              if t.tunable and any(o.scalar for o in t.ops)]
-    task = max(tasks, key=lambda t: len(index_bounds(t.task_mlir, t.input_types)))
+    task = max(tasks, key=lambda t: len(M.module_index_bounds(t)))
     # The float positions (converted by an elementwise op, then gathered with) and a
-    # wrapped integer index, checked against the runnable module's inputs (which add the
-    # padded buffer the dispatch writes into).
-    assert len(index_bounds(task.task_mlir, task.input_types)) >= 2
+    # wrapped integer index, mapped to the runnable module's inputs (which add the padded
+    # buffer the dispatch writes into).
+    assert len(M.module_index_bounds(task)) >= 2
+    assert len(index_bounds(task.task_mlir)) >= 2
     m = M.TaskMeasurer(task, tmp_path / "w", tools,
                        M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
     m.prepare()
@@ -210,3 +211,41 @@ def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
     progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(4)]
     recs = m.measure(progs)
     assert [r.status for r in recs] == ["ok"] * 4, [r.error[:200] for r in recs]
+
+
+class _Bicubic(__import__("torch").nn.Module):
+    def forward(self, x):
+        import torch
+
+        return torch.nn.functional.interpolate(x, size=(45, 45), mode="bicubic",
+                                               align_corners=False)
+
+
+def test_index_inputs_are_found_when_the_dispatch_loads_its_arguments_in_another_order(
+        tools, tmp_path):
+    """Bicubic upsampling's gathers: the dispatch's integer positions are its 4th-6th
+    arguments, but the analyzed function takes the loads in body order (the image first,
+    slices of the weight rows after): the bounds must land on the runnable module's own
+    positions. Bounds matched by position alone were dropped, every candidate of the
+    unseen model read outside the image (24 of 24 'wrong answers', NaN)."""
+    import torch
+
+    from mlir_ansor.tuner.validation import index_bounds
+
+    (tmp_path / "m.mlir").write_text(import_model(_Bicubic().eval(),
+                                                  (torch.randn(1, 3, 30, 30),)))
+    tasks = [t for t in extract_tasks(flow_source(tmp_path / "m.mlir", "llvm-cpu", tools, 300))
+             if t.tunable and index_bounds(t.task_mlir)]
+    assert tasks
+    for task in tasks:
+        bounds = M.module_index_bounds(task)
+        assert bounds and all("i64" in task.input_types[p] and b == 30
+                              for p, b in bounds.items()), (task.input_types, bounds)
+    task = tasks[0]
+    m = M.TaskMeasurer(task, tmp_path / "w", tools,
+                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
+    m.prepare()
+    rng = random.Random(0)
+    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)]
+    recs = m.measure(progs)
+    assert [r.status for r in recs] == ["ok"] * 3, [r.error[:200] for r in recs]

@@ -42,6 +42,10 @@ class DispatchFunc:
     # static there (IREE folded a cast: a branch that only runs for small sizes reads a
     # 1x1x1 buffer as 1x?x1). Larger sizes would read past the buffer.
     ordinal_bounds: tuple[tuple[int, int], ...] = ()
+    # Per argument of the task function, the argument of the dispatch (of the runnable
+    # module's @main) it loads from, or None (a constant hoisted out of the body): the
+    # function reads loads in body order, sliced, not the dispatch's arguments.
+    arg_sources: tuple[int | None, ...] = ()
 
 
 def walk_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
@@ -346,6 +350,7 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
     ops = list(block.operations)
     loc = ir.Location.unknown(func.context)
     in_types: list[ir.Type] = []
+    arg_sources: list[int | None] = []
     out_values: list[ir.Value] = []
     to_erase: list[ir.Operation] = []
     dynamic: list[tuple[int, int, int]] = []  # (argument, dim, ordinal)
@@ -355,6 +360,8 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         if op.name in _LOADS or _is_hoistable_constant(op):
             result = op.results[0]
             in_types.append(result.type)
+            arg_sources.append(_source_argument(op, block, n_orig_args)
+                               if op.name in _LOADS else None)
             arg = block.add_argument(result.type, loc)
             for d, size in _dynamic_result_sizes(op) if op.name in _LOADS else ():
                 k = next((k for v, k in ordinals if v == size), None)
@@ -417,4 +424,15 @@ def _to_task_function(func: ir.Operation) -> DispatchFunc:
         output_types=tuple(str(t) for t in out_types),
         dynamic_dims=tuple(dynamic),
         ordinal_bounds=bounds,
+        arg_sources=tuple(arg_sources),
     )
+
+
+def _source_argument(load: ir.Operation, block: ir.Block, n_args: int) -> int | None:
+    """The position among the block's first `n_args` arguments that `load` reads from
+    (a flow-level dispatch's tensor argument), else None (a codegen-level binding)."""
+    src = load.operands[0]
+    for i in range(n_args):
+        if src == block.arguments[i]:
+            return i
+    return None

@@ -146,8 +146,23 @@ def task_inputs(task: Task, seed: int, sample: SizeSample | None = None) -> list
     their whole tables."""
     types = [parse_tensor_type(t) for t in (
         task.input_types_at(sample) if sample is not None else task.input_types)]
-    bounds = index_bounds(task.task_mlir, task.input_types) if task.task_mlir else {}
-    return random_inputs(types, seed, bounds)
+    return random_inputs(types, seed, module_index_bounds(task))
+
+
+def module_index_bounds(task: Task) -> dict[int, int]:
+    """Input position of the runnable @main -> exclusive bound, for inputs that index a
+    tensor: the analyzed function's index arguments (validation.index_bounds) mapped to
+    the dispatch arguments they are loaded from (a slice of it, or in another order)."""
+    if not task.task_mlir:
+        return {}
+    if not task.arg_sources:  # (a task from before the mapping: positions must agree)
+        return index_bounds(task.task_mlir, task.input_types)
+    out: dict[int, int] = {}
+    for pos, bound in index_bounds(task.task_mlir).items():
+        src = task.arg_sources[pos] if pos < len(task.arg_sources) else None
+        if src is not None:
+            out[src] = min(out.get(src, bound), bound)
+    return out
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,9 @@ class Task:
     samples: tuple[SizeSample, ...] = ()
     # (workload ordinal, its largest valid size): `DispatchFunc.ordinal_bounds`.
     ordinal_bounds: tuple[tuple[int, int], ...] = ()
+    # Per argument of `task_mlir`, the runnable @main's input it is loaded from (None: a
+    # hoisted constant): `DispatchFunc.arg_sources`.
+    arg_sources: tuple[int | None, ...] = ()
 
     @property
     def flops(self) -> int:
@@ -178,7 +181,8 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
                     output_types=d.output_types, skip_reason=d.skip_reason, target=target,
                     size_exprs=d.size_exprs, ordinal_exprs=d.ordinal_exprs,
                     dynamic_dims=d.pattern.dynamic_dims if d.pattern else (),
-                    ordinal_bounds=d.pattern.ordinal_bounds if d.pattern else ())
+                    ordinal_bounds=d.pattern.ordinal_bounds if d.pattern else (),
+                    arg_sources=d.pattern.arg_sources if d.pattern else ())
         unexchangeable = sorted({t for t in (*d.input_types, *d.output_types)
                                  if _element_type(t) in _NO_FILES})
         if unexchangeable and not task.skip_reason:
