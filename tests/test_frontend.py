@@ -4,6 +4,7 @@ that broadcasts stays; the module computes what torch does, also at size 1."""
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mlir_ansor.tuner.frontend import drop_identity_expands, import_model
@@ -174,3 +175,35 @@ def test_a_bf16_model_imports_compiles_and_matches_torch_through_an_f32_boundary
     bf16 = [t for t in tasks if any("bf16" in ty for ty in (*t.input_types,
                                                               *t.output_types))]
     assert bf16 and all("bf16" in t.skip_reason and not t.sketches for t in bf16)
+
+
+class AdaptiveMax(nn.Module):
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def forward(self, x):
+        values, indices = F.adaptive_max_pool2d(x, self.out, return_indices=True)
+        return values, indices, F.adaptive_avg_pool2d(x, 7)
+
+
+@pytest.mark.parametrize("out", [(3, 4), (5, 7)])
+def test_uneven_adaptive_max_pooling_imports_and_matches_torch(out):
+    """20 x 21 -> 3 x 4: windows of unequal sizes, which torch-mlir's lowering refuses at
+    run time ("only support cases with fixed stride size"); -> 5 x 7 divides and keeps
+    torch-mlir's own lowering. Values and indices as torch's."""
+    import iree.compiler as ic
+    import iree.runtime as rt
+
+    torch.manual_seed(0)
+    model, x = AdaptiveMax(out).eval(), torch.randn(2, 3, 20, 21)
+    text = import_model(model, (x,))
+    vmfb = ic.compile_str(text, target_backends=["llvm-cpu"],
+                          extra_args=["--iree-llvmcpu-target-cpu=host"])
+    module = rt.load_vm_flatbuffer(vmfb, driver="local-task")
+    got = [np.asarray(o) for o in module.main(x.numpy())]
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)

@@ -99,6 +99,33 @@ def clone_listed_constants(program) -> int:
     return cloned
 
 
+def uneven_adaptive_max_pool2d(x, output_size):
+    """aten.adaptive_max_pool2d where an output size does not divide the input's: torch-mlir
+    lowers it to a module that stops at run time ("only support cases with fixed stride
+    size"). Each output is the max over its window [floor(i*H/oh), ceil((i+1)*H/oh)) (and
+    the same along W), with its flat index ih*W + iw, as torch computes them; sizes are
+    static, so the windows are slices. Even sizes: NotImplemented (torch-mlir's own)."""
+    import torch
+
+    h, w = x.shape[-2], x.shape[-1]
+    oh, ow = output_size
+    if not all(isinstance(n, int) for n in (h, w)) or (h % oh == 0 and w % ow == 0):
+        return NotImplemented
+    vals, idxs = [], []
+    for i in range(oh):
+        hs, he = (i * h) // oh, -(-((i + 1) * h) // oh)
+        row_v, row_i = [], []
+        for j in range(ow):
+            ws, we = (j * w) // ow, -(-((j + 1) * w) // ow)
+            win = x[..., hs:he, ws:we].flatten(-2)
+            v, r = torch.max(win, dim=-1)
+            row_v.append(v)
+            row_i.append((r // (we - ws) + hs) * w + r % (we - ws) + ws)
+        vals.append(torch.stack(row_v, -1))
+        idxs.append(torch.stack(row_i, -1))
+    return torch.stack(vals, -2), torch.stack(idxs, -2)
+
+
 def _capturing_stderr(step: Callable[[], Any]) -> tuple[Any, Exception | None, str]:
     """(step's result, the exception it raised, what it printed to fd 2). MLIR prints its
     diagnostics (which name the failing op) straight to fd 2."""
@@ -126,10 +153,13 @@ def import_model(model, example_inputs: tuple, dynamic_shapes: dict | None = Non
     # torch-mlir's own steps (export, decompose, import), with the no-op expands of the
     # decomposed graph dropped in between: outside the capture, so that a bug of ours
     # there is not reported as the model failing to import.
+    # (Uneven adaptive max pooling as slices: torch-mlir's lowering fails at run time.)
+    table = {**get_decomposition_table(),
+             torch.ops.aten.adaptive_max_pool2d.default: uneven_adaptive_max_pool2d}
     program, error, diagnostics = _capturing_stderr(
         lambda: torch.export.export(model, tuple(example_inputs),
                                     dynamic_shapes=dynamic_shapes, strict=False
-                                    ).run_decompositions(get_decomposition_table()))
+                                    ).run_decompositions(table))
     if error is None:
         drop_identity_expands(program)
         clone_listed_constants(program)
