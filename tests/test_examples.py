@@ -38,8 +38,9 @@ def test_unseen_models_compute_something(name):
     model, inputs = unseen_models.UNSEEN[name]()
     with torch.no_grad():
         out = model(*inputs)
-        shifted = tuple(x * 0.5 + 0.25 if x.dtype.is_floating_point else (x + 1) % 1000
-                        for x in inputs)
+        # (Bool masks kept: flipped, a row could be wholly masked.)
+        shifted = tuple(x * 0.5 + 0.25 if x.dtype.is_floating_point else
+                        x if x.dtype == torch.bool else (x + 1) % 1000 for x in inputs)
         other = model(*shifted)
     outs = out if isinstance(out, tuple) else (out,)
     others = other if isinstance(other, tuple) else (other,)

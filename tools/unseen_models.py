@@ -9,7 +9,10 @@ integer matmul, reflection padding with instance norm, top-k and sort, index_add
 buffer, a batch-1 decode linear, a channel shuffle, hard-swish, a broadcast matmul, bf16;
 and a third: shifted-window attention, WaveNet's dilated causal convs, cross entropy,
 masked_fill by lengths, cosine similarity, adaptive and ceil-mode pooling, fake
-quantization, unbind/stack/cumprod, grid_sample, bicubic, a depthwise-separable 1-D block).
+quantization, unbind/stack/cumprod, grid_sample, bicubic, a depthwise-separable 1-D block;
+and a fourth: a key-padding-masked nn.MultiheadAttention, unfold, gather, activations,
+var/std, local response norm, flip/triu, circular padding, a channel multiplier,
+logsumexp, max with indices, pixel_unshuffle, baddbmm).
 `tools/sweep_models.py` tunes each with a small budget and prints where it stands; a run
 that fails, or a task whose every candidate fails, shows there.
 
@@ -516,6 +519,120 @@ class DepthwiseSeparable1d(nn.Module):
         return self.ln(F.gelu(self.pw(self.dw(x))).transpose(1, 2))
 
 
+# Fourth batch (thirty-second session): key-padding-masked nn.MultiheadAttention, unfold
+# patches, gather along a dim, an activation zoo, var/std, local response norm, flip and
+# triu/tril, circular padding, a depthwise conv with a channel multiplier, logsumexp,
+# max with indices and a scalar mean, pixel_unshuffle, baddbmm.
+class MhaPaddingMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+
+
+class UnfoldPatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 4 * 4, 32)
+
+    def forward(self, x):
+        return self.fc(F.unfold(x, 4, stride=4).transpose(1, 2))
+
+
+class GatherDim(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 40)
+
+    def forward(self, x, idx):
+        return torch.gather(self.fc(x), 1, idx) * 2
+
+
+class ActivationZoo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 96)
+        self.prelu = nn.PReLU(48)
+
+    def forward(self, x):
+        y = F.glu(self.fc(x), -1)
+        return self.prelu(y) + F.elu(y) + F.softplus(y) + F.mish(y) + F.hardtanh(y)
+
+
+class VarStd(nn.Module):
+    def forward(self, x):
+        return (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-5) + x.var(-1, keepdim=True)
+
+
+class LRN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 24, 5, stride=2)
+        self.n = nn.LocalResponseNorm(5)
+
+    def forward(self, x):
+        return self.n(F.relu(self.c(x)))
+
+
+class FlipTriu(nn.Module):
+    def forward(self, x):
+        return torch.triu(x @ x.flip(-1).transpose(-1, -2), 1) + torch.tril(x[..., :x.shape[-2]])
+
+
+class CircularConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1, padding_mode="circular")
+
+    def forward(self, x):
+        return self.c(x)
+
+
+class DepthwiseMultiplier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 32, 3, padding=1, groups=16)
+
+    def forward(self, x):
+        return F.relu6(self.c(x))
+
+
+class LogSumExp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 100)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return F.log_softmax(y, -1) - torch.logsumexp(y, -1, keepdim=True)
+
+
+class MaxWithIndices(nn.Module):
+    def forward(self, x):
+        v, i = torch.max(x, dim=1)
+        return v, i, x.mean()
+
+
+class PixelUnshuffle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(12, 16, 1)
+
+    def forward(self, x):
+        return self.c(F.pixel_unshuffle(x, 2))
+
+
+class Baddbmm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(4, 24, 20) * 0.1)
+
+    def forward(self, x, y):
+        return torch.baddbmm(self.b, x, y, beta=0.5, alpha=2.0)
+
+
 def _seeded() -> None:
     torch.manual_seed(3)
 
@@ -743,6 +860,72 @@ def depthwise_1d():
     _seeded()
     return DepthwiseSeparable1d().eval(), (torch.randn(2, 64, 100),)
 
+def mha_padding_mask():
+    _seeded()
+    pad = torch.zeros(2, 24, dtype=torch.bool)
+    pad[1, 17:] = True
+    return MhaPaddingMask().eval(), (torch.randn(2, 24, 64), pad)
+
+
+def unfold_patch():
+    _seeded()
+    return UnfoldPatch().eval(), (torch.randn(2, 3, 32, 32),)
+
+
+def gather_dim():
+    _seeded()
+    return GatherDim().eval(), (torch.randn(8, 16), torch.randint(0, 39, (8, 12)))
+
+
+def activation_zoo():
+    _seeded()
+    return ActivationZoo().eval(), (torch.randn(32, 48),)
+
+
+def var_std():
+    _seeded()
+    return VarStd().eval(), (torch.randn(16, 64, 8),)
+
+
+def lrn():
+    _seeded()
+    return LRN().eval(), (torch.randn(1, 3, 63, 63),)
+
+
+def flip_triu():
+    _seeded()
+    return FlipTriu().eval(), (torch.randn(4, 20, 24),)
+
+
+def circular_conv():
+    _seeded()
+    return CircularConv().eval(), (torch.randn(2, 8, 20, 20),)
+
+
+def depthwise_multiplier():
+    _seeded()
+    return DepthwiseMultiplier().eval(), (torch.randn(1, 16, 28, 28),)
+
+
+def logsumexp():
+    _seeded()
+    return LogSumExp().eval(), (torch.randn(16, 32),)
+
+
+def max_with_indices():
+    _seeded()
+    return MaxWithIndices().eval(), (torch.randn(12, 37, 5),)
+
+
+def pixel_unshuffle():
+    _seeded()
+    return PixelUnshuffle().eval(), (torch.randn(1, 3, 32, 32),)
+
+
+def baddbmm():
+    _seeded()
+    return Baddbmm().eval(), (torch.randn(4, 24, 16), torch.randn(4, 16, 20))
+
 
 UNSEEN = {f.__name__: f for f in (
     convnext_block, unet_like, audio_1d, text_classifier, sdpa_block, mixer_block,
@@ -752,4 +935,7 @@ UNSEEN = {f.__name__: f for f in (
     int_matmul, reflect_instance_norm, topk_sort, scatter_add, decode_linear, shuffle_unit,
     hardswish_se, broadcast_matmul, bf16_mlp,
     window_attention, wavenet, cross_entropy, masked_fill, normalize_cosine, adaptive_pool,
-    ceil_pool, fake_quant, stack_unbind, grid_sample, bicubic, depthwise_1d)}
+    ceil_pool, fake_quant, stack_unbind, grid_sample, bicubic, depthwise_1d,
+    mha_padding_mask, unfold_patch, gather_dim, activation_zoo, var_std, lrn, flip_triu,
+    circular_conv, depthwise_multiplier, logsumexp, max_with_indices, pixel_unshuffle,
+    baddbmm)}
