@@ -102,6 +102,20 @@ def test_outputs_match_tolerance():
     assert "2 results, expected 1" in outputs_match([a, a], [a])  # every result compared
 
 
+def test_equal_infinities_match_and_unequal_ones_do_not():
+    """A key-padding mask leaves -inf scores in both results (their difference is NaN):
+    8 of 8 candidates of an unseen attention task were 'wrong answers' on them."""
+    inf = np.float32(np.inf)
+    a = np.array([1.0, -inf, inf, np.nan], dtype=np.float32)
+    assert outputs_match([a], [a.copy()], [np.abs(a)]) == ""
+    b = a.copy()
+    b[1] = inf
+    assert "1 of 4 elements off" in outputs_match([b], [a], [np.abs(a)])
+    b = a.copy()
+    b[2] = 3.0
+    assert "1 of 4 elements off" in outputs_match([b], [a], [np.abs(a)])
+
+
 def test_reordered_reductions_pass_and_wrong_terms_do_not():
     """The bound follows the magnitude of the computation (sum of |terms|), per element:
     a reduction summed in another order (rfactor) passes even where it cancels to nearly

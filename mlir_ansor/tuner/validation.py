@@ -154,8 +154,13 @@ def outputs_match(got: Sequence[np.ndarray], ref: Sequence[np.ndarray],
         if magnitude is not None:
             scale = np.maximum(scale, np.abs(magnitude[i].astype(np.float64)))
         err = np.abs(g64 - r64)
-        nan_ok = np.isnan(g64) & np.isnan(r64)
-        bad = ~((err <= atol + rtol * scale) | nan_ok)
+        # Equal values (an infinity included: a masked score is -inf in both, and its
+        # difference is NaN) and NaN in both match; an infinity matches only itself (its
+        # magnitude bound is infinite too).
+        same = (g64 == r64) | (np.isnan(g64) & np.isnan(r64))
+        finite = np.isfinite(g64) & np.isfinite(r64)
+        with np.errstate(invalid="ignore"):
+            bad = ~((finite & (err <= atol + rtol * scale)) | same)
         if np.any(bad):
             j = int(np.argmax(np.where(bad, err - rtol * scale, -np.inf)))
             return (f"output {i}: {int(bad.sum())} of {r.size} elements off, e.g. "
