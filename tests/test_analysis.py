@@ -185,3 +185,22 @@ def test_reductions_the_vectorizer_rejects_are_left_scalar():
     assert argmax.scalar
     # Combiners applied to the accumulator directly vectorize: sums, maxima, contractions.
     assert not any(o.scalar for o in ops_of(ROW_SUM) + ops_of(MATMUL))
+
+
+def _conv(x_map: str, x_shape: str, out_map: str, out_shape: str):
+    from tests.conftest import mul_add_generic
+
+    return ops_of(mul_add_generic(
+        x_shape, "3x3x3x8", out_shape, "n, h, w, f, kh, kw, c",
+        (x_map, "kh, kw, c, f", out_map), "parallel, parallel, parallel, parallel, "
+        "reduction, reduction, reduction"))[-1]
+
+
+def test_a_conv_reading_channels_first_into_channels_last_is_no_named_conv():
+    """A strided stem whose NCHW model input IREE fused into the conv (input channel
+    first, filter loop last): no named conv has that layout and specialize failed on 16 of
+    24 candidates; it takes the fold path. The NHWC form stays a named 2-D conv."""
+    nhwc = _conv("n, 2 * h + kh, 2 * w + kw, c", "1x17x17x3", "n, h, w, f", "1x8x8x8")
+    mixed = _conv("n, c, 2 * h + kh, 2 * w + kw", "1x3x17x17", "n, h, w, f", "1x8x8x8")
+    assert A.conv_kind(nhwc) == "conv2d"
+    assert A.conv_kind(mixed) == "fold"

@@ -40,7 +40,7 @@ def test_topk_and_leading_sort_slices_become_topk_ops_and_match_torch():
     # the rows, used whole, stays.
     assert text.count("iree_linalg_ext.topk") == 4, text
     assert text.count("tm_tensor.sort") == 1
-    assert "cmpf ogt" in text and "cmpf olt" in text and "cmpi sgt" in text
+    assert "cmpf ugt" in text and "cmpf ult" in text and "cmpi sgt" in text
     with torch.no_grad():
         want = [t.numpy() for t in model(x, n)]
     got = _run(text, (x, n))
@@ -68,3 +68,22 @@ def test_ties_keep_the_values_and_give_each_index_once(k):
     np.testing.assert_array_equal(x.numpy()[idx], values)
     for a, b in zip(idx[:-1], idx[1:]):
         assert x[a] > x[b] or a < b
+
+
+def test_a_row_with_fewer_finite_values_than_k_reports_its_minus_inf_entries():
+    """Masked logits (-inf for banned entries) then top-k: the slots start empty (NaN), so
+    the -inf entries fill the rest with their own indices (review: with -inf slots and a
+    strict comparator they never entered and reported index 0, repeated)."""
+    class TopK(nn.Module):
+        def forward(self, x):
+            return x.topk(4, dim=-1)
+
+    x = torch.tensor([[-float("inf"), 2.0, -float("inf"), 1.0, -float("inf")],
+                      [0.5, 3.0, -1.0, 2.0, 7.0]])
+    text = import_model(TopK().eval(), (x,))
+    values, idx = _run(text, (x,))
+    want_v, _ = TopK()(x)
+    np.testing.assert_array_equal(values, want_v.numpy())
+    for row in range(2):
+        assert len(set(idx[row].tolist())) == 4
+        np.testing.assert_array_equal(x.numpy()[row, idx[row]], values[row])

@@ -8,12 +8,13 @@ inserted into the k kept so far). A sort whose every use is such a leading slice
 one: the slices read the largest k they need, the indices (int32 in the op) are widened
 back to the sort's type.
 
-The top-k starts from k slots holding the worst value (-inf, or the type's extreme
-integer) and a comparator made strict (oge -> ogt), so ties keep the lower index first
-(torch leaves their order unspecified: its CPU kernel returned 1, 4, 2 for three equal
-values; checks against torch compare indices exactly, so inputs must not tie). Known difference: an element equal to the starting value (-inf for
-a descending top-k) never displaces a slot, so a row with fewer than k values above it
-reports index 0 for the rest (the values are the same).
+The top-k starts from k empty slots (NaN, compared unordered: every value, -inf included,
+fills one, so a masked row reports the indices of its -inf entries too) and a comparator
+that is strict on values (oge -> ugt), so ties keep the lower index first (torch leaves
+their order unspecified: its CPU kernel returned 1, 4, 2 for three equal values; checks
+against torch compare indices exactly, so inputs must not tie). A NaN input is ranked
+wrongly (as by the sort it replaces); integer slots start at the type's extreme, which an
+equal element does not displace.
 """
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from iree.compiler.dialects import arith, linalg, tensor
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.tensor_building import defining, sliced
 
-# Sort comparators (a before b) and their strict form; the value is (strict, descending).
-_FLOAT = {"oge": ("ogt", True), "ogt": ("ogt", True), "ole": ("olt", False),
-          "olt": ("olt", False)}
+# Sort comparators (a before b) -> (the top-k's comparator, descending). Floats compare
+# unordered-or-greater (less) against slots that start as NaN: any value, -inf included,
+# displaces an empty slot, and equal values keep the lower index first. Integers compare
+# strictly against slots at the type's extreme (unsigned sorts are left alone).
+_FLOAT = {"oge": ("ugt", True), "ogt": ("ugt", True), "ole": ("ult", False),
+          "olt": ("ult", False)}
 _INT = {"sge": ("sgt", True), "sgt": ("sgt", True), "sle": ("slt", False),
-        "slt": ("slt", False), "uge": ("ugt", True), "ugt": ("ugt", True),
-        "ule": ("ult", False), "ult": ("ult", False)}
+        "slt": ("slt", False)}
 
 
 def _iota_along(value: ir.Value, dim: int) -> bool:
@@ -88,10 +91,11 @@ def _leading_slices(sort: ir.Operation, dim: int) -> list[tuple[ir.Operation, in
 
 
 def _worst(et: ir.Type, descending: bool) -> ir.Value:
+    """What an empty slot starts as: NaN for floats (see _FLOAT), the extreme integer."""
     if isinstance(et, ir.IntegerType):
         w = et.width
         return arith.constant(et, -(1 << (w - 1)) if descending else (1 << (w - 1)) - 1)
-    return arith.constant(et, float("-inf") if descending else float("inf"))
+    return arith.constant(et, float("nan"))
 
 
 def sorts_to_topk(model_mlir: str) -> tuple[str, int]:

@@ -99,9 +99,29 @@ def conv_kind(op: OpInfo) -> str:
         return ""
     in_window = {d for o in op.operands for t in o.map_results if len(t) > 1 for d, _ in t}
     channel = [l for l in op.reduction_dims if l not in in_window]
-    if len(channel) == 1 and len(op.extents) == 3 + 2 * windows and windows in (1, 2):
+    if len(channel) == 1 and len(op.extents) == 3 + 2 * windows and windows in (1, 2) \
+            and _named_conv_layout(op, channel[0]):
         return f"conv{windows}d"
     return "fold"
+
+
+def _named_conv_layout(op: OpInfo, channel: int) -> bool:
+    """Whether the windowed input holds its channel where the output holds its filter
+    loop, both innermost (NHWC / HWCF) or both second (NCHW / FCHW): the layouts a named
+    convolution has. A conv reading a channels-first input into a channels-last output
+    (IREE fused the model input's transpose into it) matches no named op, and
+    `transform.structured.specialize` fails on it (16 of 24 candidates of an unseen
+    strided stem)."""
+    x = next(o for o in op.operands if not o.is_output and any(len(t) > 1 for t in o.map_results))
+    out = next(o for o in op.operands if o.is_output)
+    reads = {d for t in x.map_results for d, _ in t}
+    filters = [l for l in op.parallel_dims if l not in reads]
+    in_pos = [i for i, t in enumerate(x.map_results) if [d for d, _ in t] == [channel]]
+    out_pos = [i for i, t in enumerate(out.map_results) if [d for d, _ in t] == filters]
+    if len(in_pos) != 1 or len(out_pos) != 1:
+        return False
+    last = (in_pos[0] == len(x.map_results) - 1 and out_pos[0] == len(out.map_results) - 1)
+    return last or (in_pos[0] == 1 and out_pos[0] == 1)
 
 
 def strided_window_loops(op: OpInfo) -> set[int]:

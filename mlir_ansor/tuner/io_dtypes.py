@@ -27,8 +27,14 @@ def bf16_boundary(model: Any, inputs: tuple) -> list[str]:
     import torch
     import torch.utils._pytree as pytree
 
+    from mlir_ansor.errors import FrontendError
+
     with torch.no_grad():
-        outs = pytree.tree_leaves(model(*inputs))
+        try:
+            outs = pytree.tree_leaves(model(*inputs))
+        except Exception as e:  # user code: its error is the message, not our traceback
+            raise FrontendError(f"the model failed on its example inputs: "
+                                f"{type(e).__name__}: {e}") from e
     return ([f"input {i}" for i, x in enumerate(inputs) if _unexchangeable(x)] +
             [f"output {i}" for i, y in enumerate(outs) if _unexchangeable(y)])
 
