@@ -207,3 +207,15 @@ def test_uneven_adaptive_max_pooling_imports_and_matches_torch(out):
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_fails_on_its_example_inputs_is_named_in_one_error():
+    from mlir_ansor.errors import FrontendError
+    from mlir_ansor.tuner.io_dtypes import bf16_boundary
+
+    class Broken(nn.Module):
+        def forward(self, x):
+            return x @ torch.ones(3, 2)  # x has 4 columns
+
+    with pytest.raises(FrontendError, match="failed on its example inputs: RuntimeError"):
+        bf16_boundary(Broken(), (torch.randn(2, 4),))
