@@ -175,6 +175,16 @@ def test_a_full_argmax_is_left_to_iree_with_the_reason(tools, tmp_path):
     assert not task.tunable and "without a plain combiner" in task.skip_reason
 
 
+def _assert_sampled_programs_validate(task, tools, tmp_path, n: int) -> None:
+    """`n` programs sampled from the task's first sketch all compile, run and match."""
+    m = M.TaskMeasurer(task, tmp_path / "w", tools,
+                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
+    m.prepare()
+    rng = random.Random(0)
+    recs = m.measure([annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(n)])
+    assert [r.status for r in recs] == ["ok"] * n, [r.error[:200] for r in recs]
+
+
 class _Bilinear(__import__("torch").nn.Module):
     def forward(self, x):
         import torch
@@ -204,13 +214,7 @@ def test_bilinear_sampling_is_validated_on_in_range_positions(tools, tmp_path):
     # buffer the dispatch writes into).
     assert len(M.module_index_bounds(task)) >= 2
     assert len(index_bounds(task.task_mlir)) >= 2
-    m = M.TaskMeasurer(task, tmp_path / "w", tools,
-                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
-    m.prepare()
-    rng = random.Random(0)
-    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(4)]
-    recs = m.measure(progs)
-    assert [r.status for r in recs] == ["ok"] * 4, [r.error[:200] for r in recs]
+    _assert_sampled_programs_validate(task, tools, tmp_path, 4)
 
 
 class _Bicubic(__import__("torch").nn.Module):
@@ -242,10 +246,4 @@ def test_index_inputs_are_found_when_the_dispatch_loads_its_arguments_in_another
         assert bounds and all("i64" in task.input_types[p] and b == 30
                               for p, b in bounds.items()), (task.input_types, bounds)
     task = tasks[0]
-    m = M.TaskMeasurer(task, tmp_path / "w", tools,
-                       M.MeasureConfig(repetitions=1, min_time_s=0.001, compile_timeout_s=60))
-    m.prepare()
-    rng = random.Random(0)
-    progs = [annotate(m.task.ops, m.task.sketches[0], rng) for _ in range(3)]
-    recs = m.measure(progs)
-    assert [r.status for r in recs] == ["ok"] * 3, [r.error[:200] for r in recs]
+    _assert_sampled_programs_validate(task, tools, tmp_path, 3)
