@@ -135,6 +135,30 @@ def _permutation(op: ir.Operation) -> list[int]:
     return [int(v) for v in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
 
 
+def _outside_pad_value(pad: ir.Operation) -> ir.Value | None:
+    """The value `pad` fills with, if defined outside its region (else None: computed per
+    element, which a moved pad could not reuse)."""
+    body = pad.regions[0].blocks[0].operations
+    value = body[len(body) - 1].operands[0]
+    return None if defined_within(value, pad) else value
+
+
+def _pad_sizes(pad: ir.Operation) -> tuple[list[int], list[int]]:
+    return (list(ir.DenseI64ArrayAttr(pad.attributes["static_low"])),
+            list(ir.DenseI64ArrayAttr(pad.attributes["static_high"])))
+
+
+def _padded_with(x: ir.Value, result: ir.Type, low: list[int], high: list[int],
+                 value: ir.Value) -> ir.Value:
+    """`x` padded to `result` with `value` (built at the insertion point)."""
+    rank = len(low)
+    pad = tensor.PadOp(result, x, [], [], low, high)
+    block = pad.regions[0].blocks.append(*[ir.IndexType.get()] * rank)
+    with ir.InsertionPoint(block):
+        tensor.YieldOp(value)
+    return pad.result
+
+
 def sink_transposes_below_pads(module: ir.Module) -> int:
     """Rewrite `pad(transpose(x, p))` as `transpose(pad'(x), p)` where only transposes use
     the pad (in place; returns how many). A model exchanging its images channels-last
@@ -151,13 +175,11 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
         users = [u.owner for u in pad.results[0].uses]
         if not users or any(u.name != "linalg.transpose" for u in users):
             continue
-        body = pad.regions[0].blocks[0].operations
-        value = body[len(body) - 1].operands[0]
-        if defined_within(value, pad):
+        value = _outside_pad_value(pad)
+        if value is None:
             continue
         perm = _permutation(src)
-        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
-        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
+        low, high = _pad_sizes(pad)
         x = src.operands[0]
         xt = ir.RankedTensorType(x.type)
         if not xt.has_static_shape:  # (the padded shape below is static arithmetic)
@@ -167,12 +189,9 @@ def sink_transposes_below_pads(module: ir.Module) -> int:
             low_x[d], high_x[d] = low[i], high[i]
         shape = [xt.shape[d] + low_x[d] + high_x[d] for d in range(len(perm))]
         with ir.InsertionPoint(pad), pad.location:
-            padded = tensor.PadOp(ir.RankedTensorType.get(shape, xt.element_type), x, [], [],
-                                  low_x, high_x)
-            block = padded.regions[0].blocks.append(*[ir.IndexType.get()] * len(perm))
-            with ir.InsertionPoint(block):
-                tensor.YieldOp(value)
-            result = transposed(padded.result, perm)
+            padded = _padded_with(x, ir.RankedTensorType.get(shape, xt.element_type), low_x,
+                                  high_x, value)
+            result = transposed(padded, perm)
         pad.results[0].replace_all_uses_with(result)
         pad.erase()
         moved += 1
@@ -199,25 +218,17 @@ def hoist_transposes_above_pads(module: ir.Module) -> int:
         src = _op_of(pad.operands[0])
         if src is not None and src.name == "linalg.transpose":
             continue
-        body = pad.regions[0].blocks[0].operations
-        value = body[len(body) - 1].operands[0]
-        if defined_within(value, pad):
-            continue
+        value = _outside_pad_value(pad)
         x = pad.operands[0]
-        if not ir.RankedTensorType(x.type).has_static_shape:
+        if value is None or not ir.RankedTensorType(x.type).has_static_shape:
             continue
         perm = _permutation(op)
-        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
-        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
-        out_t = ir.RankedTensorType(op.results[0].type)
+        low, high = _pad_sizes(pad)
         with ir.InsertionPoint(op), op.location:
-            moved_x = transposed(x, perm)  # result dim i is x's dim perm[i]
-            padded = tensor.PadOp(out_t, moved_x, [], [], [low[d] for d in perm],
-                                  [high[d] for d in perm])
-            block = padded.regions[0].blocks.append(*[ir.IndexType.get()] * len(perm))
-            with ir.InsertionPoint(block):
-                tensor.YieldOp(value)
-        op.results[0].replace_all_uses_with(padded.result)
+            # (Result dim i is x's dim perm[i].)
+            padded = _padded_with(transposed(x, perm), op.results[0].type,
+                                  [low[d] for d in perm], [high[d] for d in perm], value)
+        op.results[0].replace_all_uses_with(padded)
         op.erase()
         pad.erase()
         moved += 1
