@@ -31,10 +31,10 @@ def densify_small_bf16_constants(model_mlir: str) -> tuple[str, int]:
     INLINE_LIMIT_BYTES as a dense attribute, how many were rewritten)."""
     if "bf16" not in model_mlir or "dense_resource" not in model_mlir:
         return model_mlir, 0
-    blobs = {m.group(1): m.group(2) for m in _BLOB.finditer(model_mlir)}
     done = 0
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(model_mlir)
+        small = []  # (op, its tensor type, its blob's name)
         for op in walk_ops(module.operation, "arith.constant"):
             attr = op.attributes["value"]
             # (The bindings neither downcast nor type-identify resource attributes.)
@@ -42,12 +42,17 @@ def densify_small_bf16_constants(model_mlir: str) -> tuple[str, int]:
             if name is None:
                 continue
             t = ir.RankedTensorType(attr.type)
-            if not isinstance(t.element_type, ir.BF16Type) \
-                    or 2 * np.prod(t.shape, dtype=np.int64) > INLINE_LIMIT_BYTES:
-                continue
-            data = blobs.get(name.group(1))
+            if isinstance(t.element_type, ir.BF16Type) \
+                    and 2 * np.prod(t.shape, dtype=np.int64) <= INLINE_LIMIT_BYTES:
+                small.append((op, t, name.group(1)))
+        # Only the blobs rewritten are copied out of the (possibly large) text.
+        wanted = {n for _, _, n in small}
+        blobs = {m.group(1): m.group(2) for m in _BLOB.finditer(model_mlir)
+                 if m.group(1) in wanted}
+        for op, t, name in small:
+            data = blobs.get(name)
             if data is None:
-                raise ValueError(f"no data for the bf16 constant {attr} in the module's "
+                raise ValueError(f"no data for the bf16 constant {name} in the module's "
                                  "resources")
             raw = bytes.fromhex(data[8:])  # (after the alignment header)
             bits = np.frombuffer(raw, dtype="<u2").reshape(t.shape)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlir_ansor.errors import FrontendError
 from mlir_ansor.tuner.io_layout import boundary_wrapper
 
 
@@ -26,8 +27,6 @@ def bf16_boundary(model: Any, inputs: tuple) -> list[str]:
     1"); runs the model once to see its outputs."""
     import torch
     import torch.utils._pytree as pytree
-
-    from mlir_ansor.errors import FrontendError
 
     with torch.no_grad():
         try:

@@ -30,6 +30,8 @@ _DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.in
 # Element types of dispatch arguments numpy has no dtype for, or IREE's tools write no
 # .npy of (bf16: "unsupported data encoding"): such dispatches are not tuned.
 _NO_FILES = ("bf16",)
+# A ranked tensor type: its dims ("4x?x8x"), its element type.
+_TENSOR_TYPE = re.compile(r"tensor<((?:[\d?]+x)*)(\w+)>")
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class Task:
 
 def parse_tensor_type(t: str, dynamic: bool = False) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of a tensor type; with `dynamic`, `?` dims read as -1."""
-    m = re.fullmatch(r"tensor<((?:[\d?]+x)*)(\w+)>", t)
+    m = _TENSOR_TYPE.fullmatch(t)
     if not m or m.group(2) not in _DTYPES or (not dynamic and "?" in m.group(1)):
         raise UnsupportedDispatch(f"unsupported tensor type {t}")
     dims = tuple(-1 if d == "?" else int(d) for d in m.group(1).split("x") if d)
@@ -195,8 +197,8 @@ def extract_tasks(flow_text: str, target: str = "llvm-cpu") -> list[Task]:
 
 
 def _element_type(t: str) -> str:
-    m = re.fullmatch(r"tensor<(?:[\d?]+x)*(\w+)>", t)
-    return m.group(1) if m else ""
+    m = _TENSOR_TYPE.fullmatch(t)
+    return m.group(2) if m else ""
 
 
 def nominal_sample(task: Task) -> dict[int, int]:
