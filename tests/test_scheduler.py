@@ -124,8 +124,8 @@ def test_cli_objectives_see_each_model_with_its_own_weights():
     tasks = (SimpleNamespace(key="k1", weight=2, tunable=True),
              SimpleNamespace(key="k2", weight=3, tunable=True))
     state = SimpleNamespace(tunable=tasks, usage={"k1": {"A": 2}, "k2": {"A": 1, "B": 2}},
-                            forms={"A": SimpleNamespace(winograd_other=None),
-                                   "B": SimpleNamespace(winograd_other=None)}, defaults={"k1": 1.0, "k2": 2.0})
+                            forms={"A": SimpleNamespace(other=None),
+                                   "B": SimpleNamespace(other=None)}, defaults={"k1": 1.0, "k2": 2.0})
     g = {"k1": 0.5, "k2": 1.0}  # A: 2*0.5 + 1*1.0 = 2.0 s; B: 2*1.0 = 2.0 s
 
     def f(name, **kw):
@@ -175,9 +175,10 @@ def test_the_trials_go_to_the_form_that_will_be_handed_back():
     assert both["d"] >= 15
 
 
-def _two_form_state(monkeypatch, calls_first, calls_other, defaults):
+def _two_form_state(monkeypatch, calls_first, calls_other, defaults, default_s=None):
     """A model in two forms whose flows dispatch `calls_first` / `calls_other` (task key ->
-    calls per inference; tasks of both forms tunable)."""
+    calls per inference; tasks of both forms tunable); `default_s`: the two forms' IREE
+    default builds end to end (OtherForm.default_s)."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -189,12 +190,34 @@ def _two_form_state(monkeypatch, calls_first, calls_other, defaults):
     keys = sorted(set(calls_first) | set(calls_other))
     usage = {k: {"A": calls_other.get(k) or calls_first[k]} for k in keys}  # as merge_tasks
     other = SimpleNamespace(alternative=Alternative((), (), ()),
-                            forms=SimpleNamespace(flow="OTHER"))
+                            forms=SimpleNamespace(flow="OTHER"), default_s=default_s)
     return SimpleNamespace(
         tunable=tuple(SimpleNamespace(key=k, weight=1, tunable=True) for k in keys),
         usage=usage, defaults=defaults,
-        forms={"A": SimpleNamespace(winograd_other=other, flow="FIRST")},
+        forms={"A": SimpleNamespace(other=other, flow="FIRST")},
         opts=SimpleNamespace(objective="f1", latency_requirement_s=0.0))
+
+
+def test_a_form_counts_the_time_of_what_it_leaves_to_iree(monkeypatch):
+    """Data tiling's other form: the data-tiled form (first) leaves its contraction to
+    IREE's mmt4d kernel (no task; "s" is its one task); the form without data tiling has
+    the contraction "mm" as a task. From the forms' IREE default builds end to end (2.0 and
+    4.0 s) the first form's untasked time (1.0 s) is counted: the objective sees the gain
+    of tuning "mm" below it, which the first form's tasks alone (1.0 s) would hide."""
+    from mlir_ansor.tuner.stages.searching import objective
+
+    state = _two_form_state(monkeypatch, {"s": 1}, {"s": 1, "mm": 1}, {"s": 1.0, "mm": 3.0},
+                            default_s=(2.0, 4.0))
+    f = objective(state)
+    at_default = f({"s": 1.0, "mm": 3.0})  # first 1 + 1 = 2, other 4: about 2
+    assert 2.0 * (1 - FORM_SPREAD * math.log(2)) <= at_default <= 2.0
+    t = FORM_SPREAD * 1.2  # other 1.2 against first 2: the soft minimum of the two
+    softmin = 1.2 - t * math.log(1 + math.exp((1.2 - 2.0) / t))
+    assert f({"s": 1.0, "mm": 0.2}) == pytest.approx(softmin, rel=1e-6)
+    # IREE's kernels timed alone may sum past the model's time: only the difference counts
+    shifted = _two_form_state(monkeypatch, {"s": 1}, {"s": 1, "mm": 1},
+                              {"s": 1.0, "mm": 3.0}, default_s=(0.5, 2.5))
+    assert objective(shifted)({"s": 1.0, "mm": 0.2}) == pytest.approx(softmin, rel=1e-6)
 
 
 def test_a_model_tuned_in_two_forms_is_one_soft_minimum_in_the_objective(monkeypatch):

@@ -308,12 +308,12 @@ def test_a_task_absent_from_the_form_handed_back_says_why():
     first = SimpleNamespace(packed_tasks=(fc,))
     taken = SimpleNamespace(  # the Winograd form, handed back; its other form is the first
         winograd=WinogradChoice(True, sites=(0,), speedups=(1.2, 1.5)),
-        winograd_other=OtherForm(first, Alternative((), (("bmm", 1),), (("conv", 1),)), ()))
+        other=OtherForm(first, Alternative((), (("bmm", 1),), (("conv", 1),)), ()))
     state = SimpleNamespace(forms={"m": taken})
     assert absent_why(state, task("conv")) == "only in the direct form: not handed back"
     assert absent_why(state, fc) == ("packed site 11 (linalg.matmul), in the direct form "
                                      "only: not handed back")
     # Without a second form: a packed weight not used, a dispatch a packing replaced.
-    state = SimpleNamespace(forms={"m": SimpleNamespace(winograd=None)})
+    state = SimpleNamespace(forms={"m": SimpleNamespace(winograd=None, other=None)})
     assert absent_why(state, fc) == "packed site 11 (linalg.matmul): not used"
     assert absent_why(state, task("other")) == "replaced by a packed layout"

@@ -184,6 +184,9 @@ class DataTilingChoice:
     why: str = ""  # why it was not taken, or not measured
     sites: tuple[int, ...] = ()  # the contractions data-tiled (data_tiling_hints positions)
     left: tuple[str, ...] = ()  # contractions left out: "signature: why"
+    # The tuned model end to end, without and with data tiling: speedups over IREE's
+    # default (stages/hand_back.py; where both forms were tuned and built).
+    speedups: tuple[float, float] | None = None
 
 
 # Data tiling is taken where IREE's default build with it is this much faster: the form
@@ -353,6 +356,20 @@ class WinogradChoice:
 def winograd_form_name(winograd: bool) -> str:
     """How the report and the other form's tasks name a form of a model."""
     return "Winograd" if winograd else "direct"
+
+
+WINOGRAD, DATA_TILING = "winograd", "data tiling"  # the choices a model's other form flips
+FLIPS = (WINOGRAD, DATA_TILING)
+
+
+def form_name(flips: str, on: bool) -> str:
+    """How the report and the other form's tasks name the form of a model with the choice
+    `flips` on or off."""
+    if flips == WINOGRAD:
+        return winograd_form_name(on)
+    if flips == DATA_TILING:
+        return "data-tiled" if on else "not data-tiled"
+    raise ValueError(f"no form flips {flips!r}: one of {FLIPS}")
 
 
 # Winograd is taken where IREE's default build with it is this much faster: the direct

@@ -21,15 +21,15 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
-from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PackingChoice, PadFusionChoice,
-                                      choose_sites, decide_pad_fusion, model_flow, save_layout,
-                                      winograd_form_name)
+from mlir_ansor.tuner.layouts import (WINOGRAD, Alternative, ModelLayout, PackingChoice,
+                                      PadFusionChoice, choose_sites, decide_pad_fusion,
+                                      model_flow, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig
 from mlir_ansor.tuner.records import top_programs
 from mlir_ansor.tuner.reporters import Note
 from mlir_ansor.tuner.size_plan import (SizePlan, SizeTimes, per_size_choice, plan_axis,
                                         plan_sizes)
-from mlir_ansor.tuner.stages.state import (HandBack, ModelForms, ModelIn, OtherForm, RunState,
+from mlir_ansor.tuner.stages.state import (HandBack, ModelForms, ModelIn, RunState,
                                           what_runs)
 from mlir_ansor.tuner.stages.layout_choice import FLOW_TIMEOUT_S
 from mlir_ansor.tuner.tasks import dispatch_keys, flow_source, tagged_dispatches
@@ -457,32 +457,44 @@ def _with_pad_fusion(state: RunState, timed: dict, winners: dict
     return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS)
 
 
-OTHER_WINOGRAD = "other_winograd"
+OTHER_FORM_FOLDER = "other_form"
 
 
-def _other_winograd_pays(state: RunState, e2e: EndToEnd) -> bool:
-    """Whether the one model of the run has an other form (Winograd the other way) whose
+def _other_form_pays(state: RunState, e2e: EndToEnd) -> bool:
+    """Whether the one model of the run has an other form (layout_choice.other_form) whose
     dispatches were tuned, to be built and timed end to end against the form tuned first."""
     m = state.models[0]
     return (state.single and e2e.measured and _cpu_timed_here(state)
-            and state.forms[m.name].winograd_other is not None)
+            and state.forms[m.name].other is not None)
 
 
-def _with_other_winograd(state: RunState, timed: dict, winners: dict
-                         ) -> tuple[_Export, EndToEnd, ModelForms]:
-    """The one model in its other form (Winograd the other way, formed at the layout
+def _with_other_form(state: RunState, timed: dict, winners: dict
+                     ) -> tuple[_Export, EndToEnd, ModelForms]:
+    """The one model in its other form (one choice the other way, formed at the layout
     stage: layout_choice.other_form) with the strategies of that form's dispatches, in its
-    folder's OTHER_WINOGRAD, checked and timed as the tuned form was: (its export,
+    folder's OTHER_FORM_FOLDER, checked and timed as the tuned form was: (its export,
     end-to-end result, forms; the first form is their other form)."""
     m = state.models[0]
     f = state.forms[m.name]
-    alt = _in_folder(m, OTHER_WINOGRAD)
-    a = f.winograd_other.alternative  # seen from the other form: replaced and added swap
-    other = replace(f.winograd_other.forms, winograd_other=OtherForm(
-        replace(f, winograd_other=None), Alternative((), a.added, a.removed)))
+    alt = _in_folder(m, OTHER_FORM_FOLDER)
+    a, d = f.other.alternative, f.other.default_s  # seen from the other form: they swap
+    other = replace(f.other.forms, other=replace(
+        f.other, forms=replace(f, other=None), alternative=Alternative((), a.added, a.removed),
+        tasks=(), default_s=d[::-1] if d else None))
     sub = replace(state, models=(alt,), forms={**state.forms, m.name: other})
     ex = _Export(sub, timed, winners, {})
     return ex, model_e2e(sub, ex, alt, repairs=PAD_FUSION_REPAIRS), other
+
+
+def _recorded(f: ModelForms, flips: str, why: str,
+              speedups: tuple[float, float] | None = None) -> ModelForms:
+    """`f` with how the choice `flips` was decided: `why`, and the tuned model's speedups
+    end to end (without, with: Winograd or data tiling) where both forms were built."""
+    if flips == WINOGRAD:
+        return replace(f, winograd=replace(f.winograd, why=why,
+                                           speedups=speedups or f.winograd.speedups))
+    return replace(f, data_tiling=replace(f.data_tiling, why=why,
+                                          speedups=speedups or f.data_tiling.speedups))
 
 
 WITHOUT_PACKING = "without_packing"
@@ -618,31 +630,30 @@ def hand_back(state: RunState) -> RunState:
                     _move_forms(folders[m.name], m.dir)
             for d in folders.values():
                 shutil.rmtree(d, ignore_errors=True)
-    if not plans and _other_winograd_pays(state, e2es[state.models[0].name]):
+    if not plans and _other_form_pays(state, e2es[state.models[0].name]):
         m = state.models[0]
-        folder = m.dir / OTHER_WINOGRAD
+        folder = m.dir / OTHER_FORM_FOLDER
         f = state.forms[m.name]
+        flips = f.other.flips
+        this, that = f.form_name(flips), f.other.forms.form_name(flips)
         try:
-            with clock.stage("hand back/winograd"):
-                alt_ex, alt_e2e, other = _with_other_winograd(state, timed, winners)
+            with clock.stage(f"hand back/{flips}"):
+                alt_ex, alt_e2e, other = _with_other_form(state, timed, winners)
         except (CompileError, DefaultModuleError) as e:  # the form tuned first stands
-            state.report(Note(f"the {winograd_form_name(not f.winograd.on)} form failed ({e}): "
-                              "not taken"))
-            f = replace(f, winograd=replace(f.winograd, why=f"{f.winograd.why}; the "
-                                            f"other form failed end to end"))
+            state.report(Note(f"the {that} form failed ({e}): not taken"))
+            why = f.winograd.why if flips == WINOGRAD else f.data_tiling.why
+            f = _recorded(f, flips, f"{why}; the other form failed end to end")
         else:
             now, then = e2es[m.name].speedup, alt_e2e.speedup
-            speedups = (then, now) if f.winograd.on else (now, then)  # direct, Winograd
+            speedups = (then, now) if f.is_on(flips) else (now, then)  # without, with
             take = then > now * opts.min_speedup  # the form tuned first is kept on a tie
-            state.report(Note(f"{m.name}: the {winograd_form_name(f.winograd.on)} form {now:.2f}x "
-                              f"IREE's default end to end, the "
-                              f"{winograd_form_name(not f.winograd.on)} form {then:.2f}x: "
+            state.report(Note(f"{m.name}: the {this} form {now:.2f}x IREE's default end to "
+                              f"end, the {that} form {then:.2f}x: "
                               + ("the latter taken" if take else "the former kept")))
             if take:
                 ex, e2es, f = alt_ex, {m.name: alt_e2e}, other
                 _move_forms(folder, m.dir)
-            f = replace(f, winograd=replace(f.winograd, speedups=speedups,
-                                            why="decided end to end on the tuned forms"))
+            f = _recorded(f, flips, "decided end to end on the tuned forms", speedups)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         state = replace(state, forms={**state.forms, m.name: f})

@@ -32,12 +32,13 @@ from mlir_ansor.errors import CompileError, DefaultModuleError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model,
                                   model_reference, save_inputs, size_timing)
-from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING_FLAGS,
+from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING, DATA_TILING_FLAGS,
+                                      FLIPS, WINOGRAD,
                                       FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
                                       Alternative, DataTilingChoice, ModelLayout,
                                       PadFusionChoice, TransposeChoice,
                                       WinogradChoice, decide_fold_transposes, decide_winograd,
-                                      weighted_side_by_side, winograd_form_name,
+                                      weighted_side_by_side,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
                                       keep_small_branches, model_flow, side_by_side,
@@ -47,7 +48,7 @@ from mlir_ansor.tuner.stages.state import ModelForms, ModelIn, OtherForm, RunSta
 from mlir_ansor.tuner.tasks import dispatch_keys, extract_tasks, flow_source
 
 FLOW_TIMEOUT_S = 600
-OTHER_FORM = "model_other_form.mlir"  # the model with Winograd the other way (other_form)
+OTHER_FORM = "model_other_form.mlir"  # the model with one choice the other way (other_form)
 T = TypeVar("T")
 
 
@@ -156,11 +157,26 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                        tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino)
     if opts.winograd == "auto" and wino is not None and wino.built:
         with clock.stage("layout/winograd other form"):
-            other = other_form(state, m, forms)
+            other = other_form(state, m, forms, WINOGRAD)
         if isinstance(other, str):
             notes.append(f"Winograd of {m.name} decided on IREE's default builds only: {other}")
         else:
-            forms = replace(forms, winograd_other=other)
+            forms = replace(forms, other=other)
+    # Data tiling the other way where IREE's default builds took it (one other form: after
+    # Winograd's). Its contractions then go to IREE's mmt4d kernels untuned, and our tuned
+    # ones may be faster still: the 1024^3 matmul (operands packed at run time) ran 10.25
+    # ms data-tiled against 6.64 tuned without (Xeon VM, 2026-11-29).
+    if (forms.other is None and opts.data_tiling == "auto" and forms.tiled
+            and tiling.plain_s and tiling.tiled_s):
+        with clock.stage("layout/data tiling other form"):
+            other = other_form(state, m, forms, DATA_TILING)
+        if isinstance(other, str):
+            notes.append(f"Data tiling of {m.name} decided on IREE's default builds only: "
+                         f"{other}")
+        else:
+            forms = replace(forms, other=other)
+            notes.append(f"The form of {m.name} without data tiling is tuned too, without "
+                         "packed weights; the faster end to end is handed back")
     return forms, notes
 
 
@@ -180,11 +196,20 @@ def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:
     return replace(f, winograd=replace(w, on=on, sites=sites), data_tiling=tiling)
 
 
-def other_form(state: RunState, m: ModelIn, f: ModelForms) -> OtherForm | str:
-    """The form of the model with Winograd the other way (flip_winograd), its dispatches
-    formed, so that both are tuned and the hand-back keeps the faster end to end: IREE's
-    default builds decide nothing about tuned kernels (C2D-b16: IREE's direct conv ran
-    269 ms, Winograd 15.5; tuned direct, 24). Why there is none, where there is none."""
+def flip_data_tiling(f: ModelForms) -> ModelForms:
+    """`f` with IREE's data tiling the other way (on: on the contractions it was checked
+    on, `DataTilingChoice.sites`). Its flow and dispatch keys are still `f`'s."""
+    return replace(f, data_tiling=replace(f.data_tiling, on=not f.data_tiling.on))
+
+
+def other_form(state: RunState, m: ModelIn, f: ModelForms, flips: str) -> OtherForm | str:
+    """The form of the model with the choice `flips` (WINOGRAD: flip_winograd, DATA_TILING:
+    flip_data_tiling) the other way, its dispatches formed, so that both are tuned and the
+    hand-back keeps the faster end to end: IREE's default builds decide nothing about
+    tuned kernels (C2D-b16: IREE's direct conv ran 269 ms, Winograd 15.5; tuned direct,
+    24). Why there is none, where there is none."""
+    if flips not in FLIPS:
+        raise ValueError(f"no other form flips {flips!r}: one of {FLIPS}")
     if m.dynamic is not None:
         return "a dynamic model is tuned in one form"
     if not state.single:
@@ -194,7 +219,8 @@ def other_form(state: RunState, m: ModelIn, f: ModelForms) -> OtherForm | str:
         # Without packed weights: their sites are positions among the linalg ops, which
         # marking a conv with a bias moves, and the packing decision is the first form's
         # (on ResNet-50 it is the classifier's weight alone, about 0.1% of the FLOPs).
-        other = replace(flip_winograd(f, text), alternatives=(), packed_tasks=())
+        flipped = flip_winograd(f, text) if flips == WINOGRAD else flip_data_tiling(f)
+        other = replace(flipped, alternatives=(), packed_tasks=())
         flow = model_flow(other.layout().apply(text), base, state.opts.target, state.tools,
                           FLOW_TIMEOUT_S, other.flags)
     except (CompileError, DataTilingHintError, WinogradError) as e:
@@ -203,12 +229,14 @@ def other_form(state: RunState, m: ModelIn, f: ModelForms) -> OtherForm | str:
     added = alt - plain
     if not added:
         return "the other form has no dispatch of its own"
-    name = winograd_form_name(other.winograd.on)
+    name = other.form_name(flips)
     tasks = tuple(replace(t, name=f"{t.name} ({name})", form=name)
                   for t in extract_tasks(flow, state.opts.target) if t.key in added)
+    d = f.data_tiling
+    default_s = (d.tiled_s, d.plain_s) if flips == DATA_TILING else None
     return OtherForm(replace(other, base=base, flow=flow, plain_keys=frozenset(alt)),
                      Alternative((), tuple(sorted((plain - alt).items())),
-                                 tuple(sorted(added.items()))), tasks)
+                                 tuple(sorted(added.items()))), tasks, flips, default_s)
 
 
 def reference(state: RunState, m: ModelIn, xs: tuple, where: Path

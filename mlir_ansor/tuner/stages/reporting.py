@@ -9,8 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
-from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
-                                      winograd_form_name)
+from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS, WINOGRAD, form_name
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -113,13 +112,15 @@ def task_rows(state: RunState, peak: float | None = None) -> tuple[list[str], li
 def absent_why(state: RunState, t: Task) -> str:
     """Why task `t` is not in the form handed back."""
     for f in state.forms.values():
-        w = f.winograd
-        if w is None or not w.speedups or f.winograd_other is None:
+        if f.other is None:
             continue
-        other = winograd_form_name(not w.on)
-        if t.key in {k for k, _ in f.winograd_other.alternative.added}:
+        choice = f.winograd if f.other.flips == WINOGRAD else f.data_tiling
+        if not choice.speedups:  # (not decided end to end)
+            continue
+        other = form_name(f.other.flips, not choice.on)
+        if t.key in {k for k, _ in f.other.alternative.added}:
             return f"only in the {other} form: not handed back"
-        if t.key in {p.key for p in f.winograd_other.forms.packed_tasks}:
+        if t.key in {p.key for p in f.other.forms.packed_tasks}:
             # (the other form is built without packed weights: layout_choice.other_form)
             return f"packed {t.layout_of}, in the {other} form only: not handed back"
     if t.layout_of:
@@ -225,9 +226,14 @@ def layout_parts(state: RunState) -> list[str]:
             continue
         timed = (f"IREE's default builds side by side: without {fmt_ms(d.plain_s)} ms, with "
                  f"{fmt_ms(d.tiled_s)} ms: " if d.plain_s and d.tiled_s else "")
+        if d.speedups:
+            timed += (f"the tuned model end to end: without {d.speedups[0]:.2f}x, with "
+                      f"{d.speedups[1]:.2f}x IREE's default: ")
         parts.append(f"IREE data tiling of {name} ({timed}"
-                     + (f"on for {len(d.sites)} contractions: they are left to IREE's mmt4d "
-                        "kernels, every build passes --iree-dispatch-creation-data-tiling)"
+                     + (f"on for {len(d.sites)} contractions" + (f" ({d.why})" if d.why
+                                                                   else "")
+                        + ": they are left to IREE's mmt4d kernels, every build passes "
+                        "--iree-dispatch-creation-data-tiling)"
                         if d.on else f"off: {d.why})")
                      + "".join(f"\n  not data-tiled: {x}" for x in d.left))
     for name, f in state.forms.items():
@@ -353,6 +359,11 @@ def _plan_json(plan) -> dict | None:
                         for k, progs in plan.choices.items()}}
 
 
+def _data_tiling_speedups(f) -> list[float] | None:
+    d = f.data_tiling
+    return list(d.speedups) if d is not None and d.speedups else None
+
+
 def _winograd_speedups(f) -> list[float] | None:
     w = f.winograd
     return list(w.speedups) if w is not None and w.speedups else None
@@ -438,6 +449,9 @@ def write_report(state: RunState) -> RunState:
                          "io_layout": state.opts.io_layout,
                          "bf16_as_f32": list(m.bf16_as_f32),
                          "data_tiling": state.forms[m.name].tiled,
+                         # (without, with): the tuned model's speedups over IREE's
+                         # default where both forms were tuned (layout_choice.other_form)
+                         "data_tiling_speedups": _data_tiling_speedups(state.forms[m.name]),
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,
                          "winograd_sites": list(state.forms[m.name].winograd_sites),

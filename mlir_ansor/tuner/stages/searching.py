@@ -74,26 +74,35 @@ def starting_model(state: RunState) -> tuple[xgb.Booster | None, str]:
 
 def model_latencies(state: RunState) -> dict[str, Latency]:
     """Per model, its latency from its tasks' best: the calls of each of its tunable tasks
-    summed, or where it is tuned in two forms (--winograd auto), the soft minimum of the
-    two forms' (scheduler.faster_form; calls per inference counted in each form's own
-    flow): the hand-back keeps one of them. A task with no IREE default time starts at a
+    summed, or where it is tuned in two forms (layout_choice.other_form), the soft minimum
+    of the two forms' (scheduler.faster_form; calls per inference counted in each form's
+    own flow, and what each form leaves to IREE where that differs): the hand-back keeps
+    one of them. A task with no IREE default time starts at a
     guess (1 s) that would make its form look far behind: it is counted beside the soft
     minimum, not in it."""
     tunable = {t.key for t in state.tunable}
     out: dict[str, Latency] = {}
     for name, f in state.forms.items():
         ws = {k: n for k, n in ((k, state.usage[k].get(name)) for k in tunable) if n}
-        if f.winograd_other is None:
+        if f.other is None:
             out[name] = weighted_latency(ws)
             continue
-        first, other = dispatch_calls(f.flow), dispatch_calls(f.winograd_other.forms.flow)
+        first, other = dispatch_calls(f.flow), dispatch_calls(f.other.forms.flow)
         # Packed weights' dispatches (not in either flow) are the first form's alone.
         first.update({k: n for k, n in ws.items() if k not in first and k not in other})
         unknown = {k for k in tunable if not state.defaults.get(k)}
         apart = {k: n for k, n in first.items() if k in unknown}
         apart.update({k: max(n, apart.get(k, 0)) for k, n in other.items() if k in unknown})
         pick = lambda c: {k: n for k, n in c.items() if k in tunable and k not in unknown}
-        out[name] = _plus(faster_form(pick(first), pick(other)), weighted_latency(apart))
+        a, b = pick(first), pick(other)
+        fixed = (0.0, 0.0)
+        if f.other.default_s is not None:
+            # What each form's tasks leave out at IREE's defaults (dispatches timed alone
+            # may sum past the model's time): only the difference between the forms counts.
+            raw = [e2e - sum(n * state.defaults[k] for k, n in c.items())
+                   for e2e, c in zip(f.other.default_s, (a, b))]
+            fixed = (raw[0] - min(raw), raw[1] - min(raw))
+        out[name] = _plus(faster_form(a, b, fixed=fixed), weighted_latency(apart))
     return out
 
 
@@ -134,7 +143,7 @@ def search(state: RunState) -> RunState:
     # (An other form's dispatch starts at most at what it replaces, as a packed one does.)
     alts = [a for f in state.forms.values()
             for a in (*f.alternatives,
-                      *([f.winograd_other.alternative] if f.winograd_other else []))]
+                      *([f.other.alternative] if f.other else []))]
     cap = initial_latency(alts, state.defaults)
     early = opts.early_stop or (3 if opts.objective == "f4" else 0)
     scheduler = TaskScheduler(

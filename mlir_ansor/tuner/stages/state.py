@@ -10,9 +10,10 @@ from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
-from mlir_ansor.tuner.layouts import (ActivationChoice, Alternative, DataTilingChoice,
-                                      ModelLayout, PackingChoice, PadFusionChoice,
-                                      SmallSizesChoice, TransposeChoice, WinogradChoice)
+from mlir_ansor.tuner.layouts import (WINOGRAD, ActivationChoice, Alternative,
+                                      DataTilingChoice, ModelLayout, PackingChoice,
+                                      PadFusionChoice, SmallSizesChoice, TransposeChoice,
+                                      WinogradChoice, form_name)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Context, Record
@@ -49,11 +50,16 @@ class ModelIn:
 class OtherForm:
     """A second form of a model (layout_choice.other_form): its forms, dispatches formed,
     what its dispatches replace and add against the first form's, and the ones it adds as
-    tasks (named by form)."""
+    tasks (named by form). Both forms are tuned; the hand-back keeps the faster end to end."""
 
     forms: ModelForms
     alternative: Alternative
     tasks: tuple[Task, ...] = ()
+    flips: str = WINOGRAD  # the choice the other form makes the other way (FLIPS)
+    # IREE's default builds of the first and the other form end to end (s), where their
+    # dispatches left to IREE differ (data tiling's encoded ones, no task): the scheduler
+    # counts what the tasks do not account for (searching.model_latencies). None: alike.
+    default_s: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,9 +78,10 @@ class ModelForms:
     pad_fusion: PadFusionChoice | None = None  # None: not considered (no pad, not llvm-cpu)
     transposes: TransposeChoice | None = None  # None: not considered (--fold-transposes off)
     winograd: WinogradChoice | None = None  # None: not considered (no eligible conv...)
-    # The form with Winograd the other way (--winograd auto): both forms are tuned, the
-    # hand-back keeps the faster end to end (None: not formed, see the notes).
-    winograd_other: OtherForm | None = None
+    # The form with Winograd (--winograd auto) or else IREE's data tiling (--data-tiling
+    # auto) the other way: both forms are tuned, the hand-back keeps the faster end to end
+    # (None: not formed, see the notes).
+    other: OtherForm | None = None
     # Packed weight sites checked end to end against none (None: not checked; the sites
     # are chosen by their tasks' timings).
     packing: PackingChoice | None = None
@@ -95,6 +102,14 @@ class ModelForms:
     def winograd_sites(self) -> tuple[int, ...]:
         """The 3x3 convolutions IREE computes by Winograd, none without."""
         return self.winograd.sites if self.winograd and self.winograd.on else ()
+
+    def is_on(self, flips: str) -> bool:
+        """Whether the choice an other form flips (layouts.FLIPS) is on in this form."""
+        return bool(self.winograd and self.winograd.on) if flips == WINOGRAD else self.tiled
+
+    def form_name(self, flips: str) -> str:
+        """This form's name by the choice `flips` ("direct", "data-tiled", ...)."""
+        return form_name(flips, self.is_on(flips))
 
     @property
     def folded(self) -> bool:

@@ -51,7 +51,7 @@ def form_tasks(state: RunState) -> RunState:
     per_model = {name: [with_samples(t, samples.get(name, ()))
                         for t in [*extract_tasks(f.flow, state.opts.target),
                                   *f.packed_tasks,
-                                  *(f.winograd_other.tasks if f.winograd_other else ())]]
+                                  *(f.other.tasks if f.other else ())]]
                  for name, f in state.forms.items()}
     tasks, usage = merge_tasks(per_model)
     measurers: dict[str, TaskMeasurer] = {}

@@ -1,0 +1,103 @@
+"""A model's other form with IREE's data tiling the other way (layout_choice.other_form):
+what flips, how its form is named, and what the report says of the form not handed back."""
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mlir_ansor.dialect_helpers.data_tiling_hints import HINT_ATTR
+from mlir_ansor.tuner.driver import TuneOptions
+from mlir_ansor.tuner.layouts import (DATA_TILING, DATA_TILING_FLAGS, WINOGRAD, Alternative,
+                                      DataTilingChoice, form_name, load_layout)
+from mlir_ansor.tuner.stages.layout_choice import flip_data_tiling
+from mlir_ansor.tuner.stages.reporting import absent_why
+from mlir_ansor.tuner.stages.state import ModelForms, OtherForm
+
+MATMUL = """func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x16xf32>) -> tensor<64x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x16xf32>
+  %c = linalg.fill ins(%zero : f32) outs(%e : tensor<64x16xf32>) -> tensor<64x16xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x16xf32>)
+                     outs(%c : tensor<64x16xf32>) -> tensor<64x16xf32>
+  return %r : tensor<64x16xf32>
+}
+"""
+
+
+def _tiled_form() -> ModelForms:
+    return ModelForms(None, False, Path("model.mlir"), frozenset(), (), (), "",
+                      data_tiling=DataTilingChoice(True, 2.0, 1.0, sites=(0,)))
+
+
+def test_data_tiling_flips_to_the_form_without_it_and_back():
+    first = _tiled_form()
+    assert HINT_ATTR in first.layout().apply(MATMUL)
+    assert set(DATA_TILING_FLAGS) <= set(first.flags)
+    other = flip_data_tiling(first)
+    assert not other.tiled and other.tiled_sites == ()
+    assert HINT_ATTR not in other.layout().apply(MATMUL)
+    assert not set(DATA_TILING_FLAGS) & set(other.flags)
+    back = flip_data_tiling(other)  # the sites it was checked on come back with it
+    assert back.tiled and back.tiled_sites == (0,) and set(DATA_TILING_FLAGS) <= set(back.flags)
+    assert (first.form_name(DATA_TILING), other.form_name(DATA_TILING)) == \
+        ("data-tiled", "not data-tiled")
+
+
+def test_forms_are_named_by_the_choice_they_flip():
+    assert form_name(WINOGRAD, True) == "Winograd" and form_name(WINOGRAD, False) == "direct"
+    with pytest.raises(ValueError, match="no form flips 'layout'"):
+        form_name("layout", True)
+
+
+def test_the_data_tiled_form_handed_back_names_the_other_forms_tasks():
+    """Data tiling kept after both forms were tuned: the contraction's task of the form
+    without it is named as not handed back."""
+    first = flip_data_tiling(_tiled_form())  # the other form: without data tiling
+    kept = SimpleNamespace(
+        winograd=None,
+        data_tiling=DataTilingChoice(True, 2.0, 1.0, sites=(0,), speedups=(1.1, 1.3)),
+        other=OtherForm(first, Alternative((), (("enc", 1),), (("mm", 1),)), (), DATA_TILING))
+    state = SimpleNamespace(forms={"m": kept})
+    task = SimpleNamespace(key="mm", layout_of="", form="not data-tiled")
+    assert absent_why(state, task) == "only in the not data-tiled form: not handed back"
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 128)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def test_with_data_tiling_taken_by_iree_defaults_both_forms_are_tuned(monkeypatch, tmp_path):
+    """IREE's default builds take data tiling (forced here: that choice is a timing): the
+    form without it is tuned too (its contraction a task named by its form), both tuned
+    forms are built and timed end to end, and the one handed back is what every artifact
+    says (report, layout.json, build flags)."""
+    from mlir_ansor import api
+    from mlir_ansor.tuner.stages import layout_choice
+
+    def chosen(plain_vmfb, tiled_vmfb, samples, tools, cfg, **_):
+        return DataTilingChoice(True, 2e-3, 1e-3)  # (IREE's defaults: 2 ms without, 1 with)
+    monkeypatch.setattr(layout_choice, "choose_data_tiling", chosen)
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    api.tune(_Linear().eval(), (torch.randn(64, 256),), trials=6, out=out, batch=2,
+             repeat=2, min_repeat_ms=10, retime_rounds=2, e2e_rounds=2, pad_fusion="off",
+             small_sizes="off")
+    report = json.loads((out / "report.json").read_text())
+    entry = next(iter(report["e2e"].values()))
+    without, with_ = entry["data_tiling_speedups"]  # both tuned forms built and timed
+    on = not without > with_ * TuneOptions().min_speedup  # data tiling kept on a tie
+    assert entry["data_tiling"] == on
+    assert load_layout(out / "layout.json").data_tiling == on
+    assert (set(DATA_TILING_FLAGS) <= set((out / "build.sh").read_text().split())) == on
+    names = [t["dispatch"] for t in report["tasks"]]
+    assert any(n.endswith("(not data-tiled)") for n in names), names
+    text = (out / "report.txt").read_text()
+    assert "the tuned model end to end: without" in text and \
+        "decided end to end on the tuned forms" in text, text
