@@ -14,16 +14,7 @@ from mlir_ansor.tuner.layouts import (DATA_TILING, DATA_TILING_FLAGS, WINOGRAD, 
 from mlir_ansor.tuner.stages.layout_choice import flip_data_tiling
 from mlir_ansor.tuner.stages.reporting import absent_why
 from mlir_ansor.tuner.stages.state import ModelForms, OtherForm
-
-MATMUL = """func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x16xf32>) -> tensor<64x16xf32> {
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<64x16xf32>
-  %c = linalg.fill ins(%zero : f32) outs(%e : tensor<64x16xf32>) -> tensor<64x16xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x16xf32>)
-                     outs(%c : tensor<64x16xf32>) -> tensor<64x16xf32>
-  return %r : tensor<64x16xf32>
-}
-"""
+from tests.conftest import MATMUL
 
 
 def _tiled_form() -> ModelForms:
