@@ -89,6 +89,10 @@ def test_a_site_is_packed_only_where_its_dispatches_run_faster():
 def test_scheduler_start_of_a_packed_task_is_capped_by_what_it_replaces():
     alt = Alternative((SITE,), removed=(("plain", 2),), added=(("packed", 2),))
     assert initial_latency([alt], {"plain": 1.0, "packed": 9.0}) == {"packed": 1.0}
+    # What a dispatch left to IREE costs is not known (no task, no default): no cap, where a
+    # sum over the known ones would start the added task far too low.
+    tiled = Alternative((), removed=(("encoded", 1), ("plain", 1)), added=(("mm", 1),))
+    assert initial_latency([tiled], {"plain": 1e-5, "mm": 9.0}) == {}
 
 
 def test_sites_round_trip_and_a_corrupt_file_is_named(tmp_path):

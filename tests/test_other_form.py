@@ -51,7 +51,7 @@ def test_the_data_tiled_form_handed_back_names_the_other_forms_tasks():
         data_tiling=DataTilingChoice(True, 2.0, 1.0, sites=(0,), speedups=(1.1, 1.3)),
         other=OtherForm(first, Alternative((), (("enc", 1),), (("mm", 1),)), (), DATA_TILING))
     state = SimpleNamespace(forms={"m": kept})
-    task = SimpleNamespace(key="mm", layout_of="", form="not data-tiled")
+    task = SimpleNamespace(key="mm", layout_of="", form="")  # (named by the other form)
     assert absent_why(state, task) == "only in the not data-tiled form: not handed back"
 
 

@@ -515,7 +515,9 @@ def initial_latency(alts: Sequence[Alternative], defaults: Mapping[str, float | 
     one it replaces, and nothing ever runs it unless tuning beats the plain one)."""
     cap: dict[str, float] = {}
     for a in alts:
-        old = sum((defaults.get(k) or 0.0) * n for k, n in a.removed)
+        if any(not defaults.get(k) for k, _ in a.removed):
+            continue  # a removed dispatch of unknown cost (one left to IREE): no cap
+        old = sum(defaults[k] * n for k, n in a.removed)
         for k, n in a.added:
             if old:
                 cap[k] = max(cap.get(k, 0.0), old / n)  # per call, like the latencies

@@ -642,7 +642,8 @@ def hand_back(state: RunState) -> RunState:
         except (CompileError, DefaultModuleError) as e:  # the form tuned first stands
             state.report(Note(f"the {that} form failed ({e}): not taken"))
             why = f.winograd.why if flips == WINOGRAD else f.data_tiling.why
-            f = _recorded(f, flips, f"{why}; the other form failed end to end")
+            f = _recorded(f, flips, f"{why}; the other form failed end to end" if why
+                          else "the other form failed end to end")
         else:
             now, then = e2es[m.name].speedup, alt_e2e.speedup
             speedups = (then, now) if f.is_on(flips) else (now, then)  # without, with

@@ -133,7 +133,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     alts, packed = [], []
     if tiling and tiling.on:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: IREE's data "
-                     "tiling packs its contractions' weights")
+                     "tiling packs its contractions' weights (its form without data tiling, "
+                     "where tuned too, is tuned without packed weights)")
     elif small is not None and small.small is not None:
         notes.append(f"Constant weights of {m.name} not packed by mlir-ansor: packing is "
                      "not combined with static small-size branches")
@@ -175,8 +176,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                          f"{other}")
         else:
             forms = replace(forms, other=other)
-            notes.append(f"The form of {m.name} without data tiling is tuned too, without "
-                         "packed weights; the faster end to end is handed back")
+            notes.append(f"The form of {m.name} without data tiling is tuned too: the "
+                         "hand-back keeps the faster tuned form end to end")
     return forms, notes
 
 
@@ -214,6 +215,8 @@ def other_form(state: RunState, m: ModelIn, f: ModelForms, flips: str) -> OtherF
         return "a dynamic model is tuned in one form"
     if not state.single:
         return "several models are tuned in one form each"
+    if state.runner is not None:
+        return "the tuned forms are not timed end to end on this machine"
     base, text = m.dir / OTHER_FORM, (m.dir / "model.mlir").read_text()
     try:
         # Without packed weights: their sites are positions among the linalg ops, which

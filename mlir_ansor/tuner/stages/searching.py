@@ -96,7 +96,7 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
         pick = lambda c: {k: n for k, n in c.items() if k in tunable and k not in unknown}
         a, b = pick(first), pick(other)
         fixed = (0.0, 0.0)
-        if f.other.default_s is not None:
+        if f.other.default_s is not None and not unknown & (first.keys() | other.keys()):
             # What each form's tasks leave out at IREE's defaults (dispatches timed alone
             # may sum past the model's time): only the difference between the forms counts.
             raw = [e2e - sum(n * state.defaults[k] for k, n in c.items())
