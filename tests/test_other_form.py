@@ -1,6 +1,7 @@
 """A model's other form with IREE's data tiling the other way (layout_choice.other_form):
 what flips, how its form is named, and what the report says of the form not handed back."""
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,10 +47,10 @@ def test_the_data_tiled_form_handed_back_names_the_other_forms_tasks():
     """Data tiling kept after both forms were tuned: the contraction's task of the form
     without it is named as not handed back."""
     first = flip_data_tiling(_tiled_form())  # the other form: without data tiling
-    kept = SimpleNamespace(
-        winograd=None,
-        data_tiling=DataTilingChoice(True, 2.0, 1.0, sites=(0,), speedups=(1.1, 1.3)),
-        other=OtherForm(first, Alternative((), (("enc", 1),), (("mm", 1),)), (), DATA_TILING))
+    kept = replace(_tiled_form(),
+                   data_tiling=DataTilingChoice(True, 2.0, 1.0, sites=(0,), speedups=(1.1, 1.3)),
+                   other=OtherForm(first, Alternative((), (("enc", 1),), (("mm", 1),)), (),
+                                   DATA_TILING))
     state = SimpleNamespace(forms={"m": kept})
     task = SimpleNamespace(key="mm", layout_of="", form="")  # (named by the other form)
     assert absent_why(state, task) == "only in the not data-tiled form: not handed back"

@@ -305,8 +305,9 @@ def test_a_task_absent_from_the_form_handed_back_says_why():
         return SimpleNamespace(key=key, layout_of=layout_of, form=form)
 
     fc = task("fc-packed", layout_of="site 11 (linalg.matmul)")
-    first = SimpleNamespace(packed_tasks=(fc,))
-    taken = SimpleNamespace(  # the Winograd form, handed back; its other form is the first
+    first = ModelForms(None, False, Path("model.mlir"), frozenset(), (), (fc,), "")
+    taken = ModelForms(  # the Winograd form, handed back; its other form is the first
+        None, False, Path("model.mlir"), frozenset(), (), (), "",
         winograd=WinogradChoice(True, sites=(0,), speedups=(1.2, 1.5)),
         other=OtherForm(first, Alternative((), (("bmm", 1),), (("conv", 1),)), ()))
     state = SimpleNamespace(forms={"m": taken})
@@ -314,6 +315,7 @@ def test_a_task_absent_from_the_form_handed_back_says_why():
     assert absent_why(state, fc) == ("packed site 11 (linalg.matmul), in the direct form "
                                      "only: not handed back")
     # Without a second form: a packed weight not used, a dispatch a packing replaced.
-    state = SimpleNamespace(forms={"m": SimpleNamespace(winograd=None, other=None)})
+    state = SimpleNamespace(forms={"m": ModelForms(None, False, Path("model.mlir"), frozenset(),
+                                                   (), (), "")})
     assert absent_why(state, fc) == "packed site 11 (linalg.matmul): not used"
     assert absent_why(state, task("other")) == "replaced by a packed layout"

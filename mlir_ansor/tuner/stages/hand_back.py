@@ -21,7 +21,7 @@ from mlir_ansor.transform_scripts.build_script import write_build_script
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text, strategy_name
 from mlir_ansor.tuner.e2e import (EndToEnd, check_outputs, check_tuned, end_to_end,
                                   model_reference, save_inputs)
-from mlir_ansor.tuner.layouts import (WINOGRAD, Alternative, ModelLayout, PackingChoice,
+from mlir_ansor.tuner.layouts import (Alternative, ModelLayout, PackingChoice,
                                       PadFusionChoice, choose_sites, decide_pad_fusion,
                                       model_flow, save_layout)
 from mlir_ansor.tuner.measure import MeasureConfig
@@ -490,11 +490,8 @@ def _recorded(f: ModelForms, flips: str, why: str,
               speedups: tuple[float, float] | None = None) -> ModelForms:
     """`f` with how the choice `flips` was decided: `why`, and the tuned model's speedups
     end to end (without, with: Winograd or data tiling) where both forms were built."""
-    if flips == WINOGRAD:
-        return replace(f, winograd=replace(f.winograd, why=why,
-                                           speedups=speedups or f.winograd.speedups))
-    return replace(f, data_tiling=replace(f.data_tiling, why=why,
-                                          speedups=speedups or f.data_tiling.speedups))
+    c = f.choice(flips)
+    return f.with_choice(flips, replace(c, why=why, speedups=speedups or c.speedups))
 
 
 WITHOUT_PACKING = "without_packing"
@@ -641,7 +638,7 @@ def hand_back(state: RunState) -> RunState:
                 alt_ex, alt_e2e, other = _with_other_form(state, timed, winners)
         except (CompileError, DefaultModuleError) as e:  # the form tuned first stands
             state.report(Note(f"the {that} form failed ({e}): not taken"))
-            why = f.winograd.why if flips == WINOGRAD else f.data_tiling.why
+            why = f.choice(flips).why
             f = _recorded(f, flips, f"{why}; the other form failed end to end" if why
                           else "the other form failed end to end")
         else:

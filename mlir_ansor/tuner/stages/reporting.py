@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
-from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS, WINOGRAD, form_name
+from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS, form_name
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -114,7 +114,7 @@ def absent_why(state: RunState, t: Task) -> str:
     for f in state.forms.values():
         if f.other is None:
             continue
-        choice = f.winograd if f.other.flips == WINOGRAD else f.data_tiling
+        choice = f.choice(f.other.flips)
         if not choice.speedups:  # (not decided end to end)
             continue
         other = form_name(f.other.flips, not choice.on)
@@ -359,14 +359,9 @@ def _plan_json(plan) -> dict | None:
                         for k, progs in plan.choices.items()}}
 
 
-def _data_tiling_speedups(f) -> list[float] | None:
-    d = f.data_tiling
-    return list(d.speedups) if d is not None and d.speedups else None
-
-
-def _winograd_speedups(f) -> list[float] | None:
-    w = f.winograd
-    return list(w.speedups) if w is not None and w.speedups else None
+def _speedups(choice) -> list[float] | None:
+    """A decision's tuned speedups end to end (Winograd, data tiling), None if not made."""
+    return list(choice.speedups) if choice is not None and choice.speedups else None
 
 
 def _winograd_default_s(f) -> list[float] | None:
@@ -451,14 +446,14 @@ def write_report(state: RunState) -> RunState:
                          "data_tiling": state.forms[m.name].tiled,
                          # (without, with): the tuned model's speedups over IREE's
                          # default where both forms were tuned (layout_choice.other_form)
-                         "data_tiling_speedups": _data_tiling_speedups(state.forms[m.name]),
+                         "data_tiling_speedups": _speedups(state.forms[m.name].data_tiling),
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,
                          "winograd_sites": list(state.forms[m.name].winograd_sites),
                          # (direct, Winograd): IREE's default builds' seconds, which
                          # chose the form tuned first; both forms tuned, their speedups
                          "winograd_default_s": _winograd_default_s(state.forms[m.name]),
-                         "winograd_speedups": _winograd_speedups(state.forms[m.name]),
+                         "winograd_speedups": _speedups(state.forms[m.name].winograd),
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

@@ -2,7 +2,7 @@
 `RunState` with its part filled in (`dataclasses.replace`); nothing else is shared."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Container, Mapping
 
@@ -10,7 +10,7 @@ from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
-from mlir_ansor.tuner.layouts import (WINOGRAD, ActivationChoice, Alternative,
+from mlir_ansor.tuner.layouts import (DATA_TILING, WINOGRAD, ActivationChoice, Alternative,
                                       DataTilingChoice, ModelLayout, PackingChoice,
                                       PadFusionChoice, SmallSizesChoice, TransposeChoice,
                                       WinogradChoice, form_name)
@@ -44,6 +44,10 @@ class ModelIn:
         """Where IREE's default build of the model as imported lands (checked before
         tuning, reused by the layout choice and the end-to-end step)."""
         return self.dir / "e2e" / "baseline"
+
+
+# The ModelForms field that holds each decision an other form flips.
+_CHOICE_FIELDS = {WINOGRAD: "winograd", DATA_TILING: "data_tiling"}
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,18 @@ class ModelForms:
         """The 3x3 convolutions IREE computes by Winograd, none without."""
         return self.winograd.sites if self.winograd and self.winograd.on else ()
 
+    def choice(self, flips: str) -> WinogradChoice | DataTilingChoice | None:
+        """The decision an other form flips (layouts.FLIPS) as this form holds it."""
+        return getattr(self, _CHOICE_FIELDS[flips])
+
+    def with_choice(self, flips: str, choice: WinogradChoice | DataTilingChoice) -> ModelForms:
+        """This form with the decision `flips` replaced by `choice`."""
+        return replace(self, **{_CHOICE_FIELDS[flips]: choice})
+
     def is_on(self, flips: str) -> bool:
         """Whether the choice an other form flips (layouts.FLIPS) is on in this form."""
-        return bool(self.winograd and self.winograd.on) if flips == WINOGRAD else self.tiled
+        c = self.choice(flips)
+        return bool(c and c.on)
 
     def form_name(self, flips: str) -> str:
         """This form's name by the choice `flips` ("direct", "data-tiled", ...)."""
