@@ -31,7 +31,15 @@ from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 # splits a wider vector into the target's registers (64 f32: 4 zmm, 8 ymm, 16 NEON q), so
 # the emitter stays a function of the program alone, the same for every target.
 MAX_ELEMENTWISE_VECTOR = 64
-MAX_REDUCTION_VECTOR = 256  # row chunk of a reduction outside the root (one horizontal add each)
+# Partial sums of a row reduction outside the root: a short row is one vector; a longer one
+# accumulates chunk-wide partial sums and reduces them once per row. That last horizontal
+# add is a chain of dependent scalar adds (LLVM may not reassociate an f32 add), so the
+# chunk stays short: a softmax row of 197 reduced as one vector ran 197 adds in a chain.
+WHOLE_REDUCTION_ROW = 64
+REDUCTION_CHUNK = 32  # rows up to LONG_REDUCTION_ROW
+LONG_REDUCTION_CHUNK = 64  # longer rows: more accumulators, fewer steps
+LONG_REDUCTION_ROW = 512
+MIN_ROW_CHUNK = 16  # a divisor chunk shorter than this: full chunks and a peeled tail instead
 
 
 def _closure(ops: Sequence[OpInfo], idx: int) -> list[int]:
@@ -183,16 +191,22 @@ def _batch_contraction(op: OpInfo) -> bool:
     return bool(op.reduction_dims) and len(inputs) >= 2 and bool(batch_loops(op))
 
 
-def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
+def _tile_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, tile_last: int,
                extra_vector: list) -> list:
     """Tile an op outside the root to rows (`_row_sizes`). A row reduction longer than one
     chunk accumulates chunk-wide partial sums (rfactor) and reduces them once per row;
-    returns the partial-sum loops to hoist."""
+    a row no good chunk divides is cut into full chunks and a peeled partial last one.
+    Returns the partial-sum loops to hoist."""
     if not op.extents:
         return []  # a 0-d op (the init of a scalar): nothing to tile
-    sizes = _row_sizes(op, tile_last)
+    sizes, odd = _row_sizes(op, tile_last)
     if not op.reduction_dims:
-        h[op.name], _ = tb.tile_for(h[op.name], sizes)
+        h[op.name], loops = tb.tile_for(h[op.name], sizes)
+        if odd and not op.scalar:
+            # The row's partial last chunk in its own loop: a static vector of its own.
+            row = _row_loop(op)
+            _, h[op.name] = _peel(tb, func, loops[sum(1 for t in sizes[:row] if t)],
+                                  op.op_name, None)
         return []
     last = op.reduction_dims[-1]
     chunk = sizes[last]
@@ -205,6 +219,10 @@ def _tile_rows(tb: tbm.TB, h: dict, op: OpInfo, tile_last: int,
     init, partial, merge, loop_h = tb.rfactor(h[op.name], rf)
     h[op.name] = partial
     extra_vector += [init, merge]
+    if odd:
+        # Full chunks, then the partial last one (static: one vector of its own).
+        full, h[op.name] = _peel(tb, func, loop_h, op.op_name, None)
+        return [full]
     return [loop_h]
 
 
@@ -284,22 +302,38 @@ def chunk(extent: int, limit: int) -> int:
     return 0 if size == extent else size
 
 
-def _row_sizes(op: OpInfo, tile_last: int) -> list[int]:
-    """Tile an elementwise op to rows of at most MAX_ELEMENTWISE_VECTOR along the loop of its
-    output's last dim (`tile_last` long in the tile; the last loop unless the op transposes);
-    a reduction to chunks of its innermost reduction loop (a whole long reduction as one
-    vector would blow up the compile)."""
+def _row_sizes(op: OpInfo, tile_last: int) -> tuple[list[int], bool]:
+    """Tile sizes of an op outside the root, and whether its row loop's last chunk is
+    partial (to peel): an elementwise op in rows of at most MAX_ELEMENTWISE_VECTOR along the
+    loop of its output's last dim (`tile_last` long in the tile; the last loop unless the op
+    transposes); a reduction in partial-sum chunks of its innermost reduction loop (a whole
+    long reduction as one vector would blow up the compile and chain its adds)."""
     n = len(op.extents)
     sizes = [1] * n
     if op.reduction_dims:
         last = op.reduction_dims[-1]
         ext = op.extents[last]
-        sizes[last] = chunk(ext, MAX_REDUCTION_VECTOR)
-        return sizes
+        if ext <= WHOLE_REDUCTION_ROW:
+            sizes[last] = 0
+            return sizes, False
+        sizes[last], odd = _row_chunk(ext, LONG_REDUCTION_CHUNK if ext > LONG_REDUCTION_ROW
+                                      else REDUCTION_CHUNK)
+        return sizes, odd
     # Every other loop in steps of one: a transpose's 48x4096 tile once kept its 4096-long
     # input row whole, one vector, 40 s of compile.
-    sizes[_row_loop(op)] = chunk(tile_last, MAX_ELEMENTWISE_VECTOR)
-    return sizes
+    row = _row_loop(op)
+    sizes[row], odd = _row_chunk(tile_last, MAX_ELEMENTWISE_VECTOR)
+    return sizes, odd
+
+
+def _row_chunk(extent: int, limit: int) -> tuple[int, bool]:
+    """(tile size, partial last chunk) of a row: whole up to `limit`, else the largest
+    divisor up to `limit`, or chunks of `limit` and a partial last one where no divisor of
+    at least MIN_ROW_CHUNK exists (a row of 197 tokens: 197 single elements otherwise)."""
+    size = chunk(extent, limit)
+    if size == 0 or size >= MIN_ROW_CHUNK:
+        return size, False
+    return limit, True
 
 
 def _row_loop(op: OpInfo) -> int:
@@ -418,7 +452,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     extra_loops += _tile_dynamic_rows(tb, func, h, o, plan.row_chunk or 1,
                                                       extra_vector)
                 else:
-                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape),
+                    extra_loops += _tile_rows(tb, func, h, o, _tile_last(o, plan, shape),
                                               extra_vector)
                 vector_ops.append(o.name)
         else:
@@ -491,7 +525,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 # (A scalar op, the init of a reduction to a scalar, stays outside the
                 # forall: one_workgroup_reduction hands it over to vectorize.)
                 if o is not root and o.is_linalg and o.output.shape:
-                    extra_loops += _tile_rows(tb, h, o, _tile_last(o, plan, shape), extra_vector)
+                    extra_loops += _tile_rows(tb, func, h, o, _tile_last(o, plan, shape),
+                                              extra_vector)
                     vector_ops.append(o.name)
             kind = conv_kind(root)
             if kind in ("conv1d", "conv2d"):
