@@ -42,17 +42,18 @@ FORM_SPREAD = 0.3
 
 
 def faster_form(first: Mapping[str, float], other: Mapping[str, float],
-                spread: float = FORM_SPREAD, fixed: tuple[float, float] = (0.0, 0.0)
-                ) -> Latency:
+                spread: float = FORM_SPREAD, fixed: tuple[float, float] = (0.0, 0.0),
+                scale: float = 1.0) -> Latency:
     """The latency of a model with two forms (calls per inference of each task in each),
     the faster of which is handed back: softmin with temperature `spread` * the faster.
-    `fixed`: each form's time outside its tasks (dispatches left to IREE), in seconds."""
+    `fixed`: each form's time outside its tasks (dispatches left to IREE), in seconds;
+    `scale`: the model's time per second of its tasks' dispatches timed alone."""
     if spread <= 0:
         raise ValueError(f"the spread of a soft minimum must be positive, not {spread}")
 
     def latency(g: Mapping[str, float]) -> float:
-        a = fixed[0] + sum(n * g[k] for k, n in first.items())
-        b = fixed[1] + sum(n * g[k] for k, n in other.items())
+        a = fixed[0] + scale * sum(n * g[k] for k, n in first.items())
+        b = fixed[1] + scale * sum(n * g[k] for k, n in other.items())
         low = min(a, b)
         if not math.isfinite(low) or low <= 0:
             return low
