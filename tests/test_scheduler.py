@@ -225,6 +225,19 @@ def test_a_form_counts_the_time_of_what_it_leaves_to_iree(monkeypatch):
     assert objective(shifted)({"s": 1.0, "mm": 0.2}) == pytest.approx(softmin, rel=1e-6)
 
 
+def test_a_form_that_leaves_everything_to_iree_counts_its_whole_time(monkeypatch):
+    """The data-tiled form of a single matmul has no task (its one dispatch is IREE's
+    mmt4d kernel): it counts its end-to-end time (2.0 s), not zero, so tuning the other
+    form's matmul below it lowers the objective."""
+    from mlir_ansor.tuner.stages.searching import objective
+
+    state = _two_form_state(monkeypatch, {}, {"mm": 1}, {"mm": 3.0}, default_s=(2.0, 3.0))
+    f = objective(state)
+    t = FORM_SPREAD * 2.0  # 2.0 against 3.0
+    assert f({"mm": 3.0}) == pytest.approx(2.0 - t * math.log(1 + math.exp(-1.0 / t)))
+    assert f({"mm": 0.5}) == pytest.approx(0.5, rel=1e-3)
+
+
 def test_a_form_behind_after_its_first_round_is_weighed_at_the_models_scale(monkeypatch):
     """BERT's layer at --data-tiling auto (a run's numbers, 2026-11-29, Xeon VM): the
     data-tiled form leaves its six contractions to IREE (7.9 ms end to end; its tasks: a

@@ -50,6 +50,8 @@ def faster_form(first: Mapping[str, float], other: Mapping[str, float],
     `scale`: the model's time per second of its tasks' dispatches timed alone."""
     if spread <= 0:
         raise ValueError(f"the spread of a soft minimum must be positive, not {spread}")
+    if scale <= 0:
+        raise ValueError(f"the scale of a form's tasks must be positive, not {scale}")
 
     def latency(g: Mapping[str, float]) -> float:
         a = fixed[0] + scale * sum(n * g[k] for k, n in first.items())

@@ -106,10 +106,11 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
             # third of its 7.9 ms, and the other form got no trial after its first.)
             sums = [sum(n * state.defaults[k] for k, n in c.items()) for c in (a, b)]
             e2e = f.other.default_s
-            if all(sums) and all(e2e):
+            if any(sums) and all(e2e):  # (a form may leave everything to IREE)
                 ref = max((0, 1), key=lambda i: sums[i] / e2e[i])
                 scale = e2e[ref] / sums[ref]
-                fixed = tuple(max(0.0, e2e[i] - scale * sums[i]) for i in (0, 1))
+                fixed = (max(0.0, e2e[0] - scale * sums[0]),
+                         max(0.0, e2e[1] - scale * sums[1]))
         out[name] = _plus(faster_form(a, b, fixed=fixed, scale=scale),
                           weighted_latency(apart))
     return out
