@@ -10,15 +10,13 @@ import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from pathlib import Path
 
-from helpers import DATA
+from helpers import DATA, compile_with
 
 from mlir_ansor.dialect_helpers.linalg_info import analyze_task
 from mlir_ansor.sketch_passes.program import Program
 from mlir_ansor.transform_scripts.library import TunedEntry, library_text
-from mlir_ansor.tuner.measure import applied_strategies
-from mlir_ansor.tuner.procs import run_isolated
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from mlir_ansor.tuner.toolchain import Toolchain, target_flags
+from mlir_ansor.tuner.toolchain import Toolchain
 
 work = Path(sys.argv[1])
 work.mkdir(parents=True, exist_ok=True)
@@ -42,20 +40,17 @@ for rows, cols, k in ((2, 24, 1), (8, 24, 4), (8, 16, 8)):
         split(0, [2, 1, 1]), split(1, [1, 64 // rows, rows]), split(2, [1, 48 // cols, cols]),
         split(3, [32 // k, k]), {"op": MM, "loops": [0], "kind": "parallel"},
         {"op": MM, "factor": 1, "kind": "unroll"}, {"op": MM, "kind": "vectorize"}]})
-    lib, cfg = work / "lib.mlir", work / f"cfg_{rows}x{cols}"
+    lib, name = work / "lib.mlir", f"{rows}x{cols}_k{k}"
     lib.write_text(library_text([TunedEntry("t0", task.task_mlir, tuple(ops), prog)]))
-    res = run_isolated([tools.compile, str(src), *target_flags("llvm-cpu"),
-                        f"--iree-codegen-transform-dialect-library={lib}",
-                        f"--iree-hal-dump-executable-configurations-to={cfg}",
-                        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",
-                        "-o", str(work / "x.vmfb")], 120, 6 << 30)
-    lowered = res.stderr
+    lowered = compile_with(tools, src, lib, work, name, (
+        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",)).stderr
     buffers = [line.split("memref<")[1].split(">")[0] for line in lowered.splitlines()
                if "memref.alloca" in line]
-    print(f"{rows}x{cols} k{k}: rc {res.returncode} strategy applied "
-          f"{sorted(applied_strategies(cfg))} "
-          f"linalg ops {lowered.count('linalg.')} buffers {buffers}")
+    print(f"{name}: linalg ops {lowered.count('linalg.')} buffers {buffers}")
     sys.stdout.flush()
-# CHECK: 2x24 k1: rc 0 strategy applied ['strategy_t0'] linalg ops 0 buffers ['1x64x48xf32']
-# CHECK: 8x24 k4: rc 0 strategy applied ['strategy_t0'] linalg ops 0 buffers ['1x64x48xf32']
-# CHECK: 8x16 k8: rc 0 strategy applied ['strategy_t0'] linalg ops 0 buffers ['1x64x48xf32']
+# CHECK: 2x24_k1 rc 0 applied ['strategy_t0']
+# CHECK-NEXT: 2x24_k1: linalg ops 0 buffers ['1x64x48xf32']
+# CHECK: 8x24_k4 rc 0 applied ['strategy_t0']
+# CHECK-NEXT: 8x24_k4: linalg ops 0 buffers ['1x64x48xf32']
+# CHECK: 8x16_k8 rc 0 applied ['strategy_t0']
+# CHECK-NEXT: 8x16_k8: linalg ops 0 buffers ['1x64x48xf32']

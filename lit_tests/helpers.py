@@ -73,8 +73,9 @@ def library_for(payload_path, work, task_id: str, seed: int):
     return lib, tools
 
 
-def compile_with(tools, src, lib, work, name: str) -> None:
-    """Compile `src` with the library; print the return code and the applied strategies."""
+def compile_with(tools, src, lib, work, name: str, extra=()):
+    """Compile `src` with the library (and `extra` flags); print the return code and the
+    applied strategies; return the process result."""
     from pathlib import Path
 
     from mlir_ansor.tuner.measure import applied_strategies
@@ -85,6 +86,7 @@ def compile_with(tools, src, lib, work, name: str) -> None:
     res = run_isolated([tools.compile, str(src), *target_flags("llvm-cpu"),
                         f"--iree-codegen-transform-dialect-library={lib}",
                         f"--iree-hal-dump-executable-configurations-to={cfg}",
-                        "-o", str(Path(work) / f"{name}.vmfb")], 120, 6 << 30)
+                        "-o", str(Path(work) / f"{name}.vmfb"), *extra], 120, 6 << 30)
     print(name, "rc", res.returncode, "applied", sorted(applied_strategies(cfg)))
     sys.stdout.flush()
+    return res

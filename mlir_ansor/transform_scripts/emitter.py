@@ -325,19 +325,17 @@ def _row_sizes(op: OpInfo, tile_last: int, peel_rows: bool = True
     # Every other loop in steps of one: a transpose's 48x4096 tile once kept its 4096-long
     # input row whole, one vector, 40 s of compile.
     row = _row_loop(op)
-    if not peel_rows:
-        sizes[row] = chunk(tile_last, MAX_ELEMENTWISE_VECTOR)
-        return sizes, False
-    sizes[row], odd = _row_chunk(tile_last, MAX_ELEMENTWISE_VECTOR)
+    sizes[row], odd = _row_chunk(tile_last, MAX_ELEMENTWISE_VECTOR, peel_rows)
     return sizes, odd
 
 
-def _row_chunk(extent: int, limit: int) -> tuple[int, bool]:
+def _row_chunk(extent: int, limit: int, peel: bool = True) -> tuple[int, bool]:
     """(tile size, partial last chunk) of a row: whole up to `limit`, else the largest
-    divisor up to `limit`, or chunks of `limit` and a partial last one where no divisor of
-    at least MIN_ROW_CHUNK exists (a row of 197 tokens: 197 single elements otherwise)."""
+    divisor up to `limit`, or (with `peel`) chunks of `limit` and a partial last one where
+    no divisor of at least MIN_ROW_CHUNK exists (a row of 197 tokens: 197 single elements
+    otherwise)."""
     size = chunk(extent, limit)
-    if size == 0 or size >= MIN_ROW_CHUNK:
+    if not peel or size == 0 or size >= MIN_ROW_CHUNK:
         return size, False
     return limit, True
 
