@@ -174,6 +174,15 @@ def after_vectorize() -> list:
             transform.ApplyCanonicalizationPatternsOp]
 
 
+def scalarize_transfers() -> list:
+    """Unroll strided 1-D transfers into scalar (0-D) ones. The n-D ones are unrolled too,
+    but their contiguous 1-D rows become vector loads and stores first (the pattern listed
+    first wins where both apply)."""
+    return [vector.ApplyTransferPermutationPatternsOp,
+            lambda: vector.ApplyLowerTransferPatternsOp(max_transfer_rank=1),
+            lambda: vector.ApplyTransferToScfPatternsOp(max_transfer_rank=0, full_unroll=True)]
+
+
 def lower_vectors(transpose_16x16: bool = False) -> list:
     """Lower vector ops to what LLVM takes. `transpose_16x16`: lower transposes with the
     16x16 shuffle network (fast for 16x16 f32 tiles on AVX-512; every other shape would fall
