@@ -24,8 +24,18 @@ def _nonzero(sizes: Sequence[int]) -> int:
 class TB:
     """Transform builder bound to an insertion point (use inside `with ir.InsertionPoint`)."""
 
-    def match_names(self, target: ir.Value, names: Sequence[str]) -> ir.Value:
-        return structured.MatchOp(any_op(), target, ops=list(names)).result
+    def match_names(self, target: ir.Value, names: Sequence[str],
+                    each: bool = False) -> ir.Value:
+        """Ops named `names` inside `target`. `each`: `target` may hold several payload ops
+        (a match takes exactly one), matched one by one and the results concatenated."""
+        if not each:
+            return structured.MatchOp(any_op(), target, ops=list(names)).result
+        loop_op = transform.ForeachOp([any_op()], [target])
+        block = loop_op.regions[0].blocks[0]  # (the builder makes the one block)
+        with ir.InsertionPoint(block):
+            transform.YieldOp([structured.MatchOp(any_op(), block.arguments[0],
+                                                  ops=list(names)).result])
+        return loop_op.results[0]
 
     def match_tileable(self, target: ir.Value) -> ir.Value:
         return structured.MatchOp(

@@ -264,10 +264,12 @@ def dynamic_row_splits(op: OpInfo, loop: int, whole: set[int], *,
 def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int],
               blocks: dict[int, int] | None = None) -> int:
     """Elements of the root's S1 tile (a peeled loop stays whole there, a blocked one is
-    one block)."""
+    one block, the outer of two peeled ones its register tile)."""
     blocks = blocks or {}
-    return math.prod(blocks[l] if l in blocks else root.extents[l] if l in peeled
-                     else s[-1] * s[-2] for l, s in splits.items())
+    s1_peel = min(peeled) if len(peeled) == 2 and not blocks else None
+    return math.prod(blocks[l] if l in blocks else s[-1] if l == s1_peel else
+                     root.extents[l] if l in peeled else s[-1] * s[-2]
+                     for l, s in splits.items())
 
 
 # Packed panels share the stack with tiles this check does not see (a fused producer's tile:
@@ -277,6 +279,10 @@ MAX_PACK_BYTES = STACK_LIMIT_BYTES // 2
 
 # Share of programs that cut a blocked loop's register tile free of the block's divisors.
 BLOCK_PEEL_SHARE = 0.3
+
+# Share of peeling programs that peel two loops where two static ones have no good register
+# tile (attention scores over 197 tokens: with one peeled, the other's tile is one row).
+TWO_PEEL_SHARE = 0.5
 
 
 def block_candidates(root: OpInfo, sketch: Sketch, *,
@@ -385,13 +391,20 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
             # peel one.
             blocks: dict[int, int] = {}
             if root.dynamic_loops or (peelable and rng.random() < 0.5):
-                l = root.dynamic_loops[0] if root.dynamic_loops else rng.choice(peelable)
-                peeled = {l}
-                c = rng.choice(peel_sizes(root.extents[l], inner_limit(root, l, target=target),
-                                          l in root.dynamic_loops))
-                # A dynamic loop is also cut into workgroups of a fixed k*c rows.
-                k = rng.choice(DYNAMIC_WORKGROUP_KERNELS) if l in root.dynamic_loops else 1
-                splits[l] = (k, 1, c)
+                if root.dynamic_loops:
+                    peeled = {root.dynamic_loops[0]}
+                elif len(peelable) > 1 and rng.random() < TWO_PEEL_SHARE:
+                    peeled = set(rng.sample(peelable, 2))
+                else:
+                    peeled = {rng.choice(peelable)}
+                for l in sorted(peeled):
+                    c = rng.choice(peel_sizes(root.extents[l],
+                                              inner_limit(root, l, target=target),
+                                              l in root.dynamic_loops))
+                    # A dynamic loop is also cut into workgroups of a fixed k*c rows.
+                    k = rng.choice(DYNAMIC_WORKGROUP_KERNELS) \
+                        if l in root.dynamic_loops else 1
+                    splits[l] = (k, 1, c)
             elif blockable and rng.random() < BLOCK_PEEL_SHARE:
                 l = rng.choice(blockable)
                 ext = root.extents[l]
@@ -544,11 +557,14 @@ def violations(ops: Sequence[OpInfo], prog: Program, *,
         may = sk.root and not op_by_name(ops, sk.anchor).map_stored
         plain = set(peel_candidates(base, sk, target=target)) if may else set()
         blockable = set(block_candidates(base, sk, target=target)) if may else set()
-        if len(peeled) > 1 or not (peeled - set(blocks)) <= plain or \
+        # Two peeled loops: both plain and static (one kernel copy per pair of partial
+        # tiles); a dynamic or blocked one is the only peeled loop.
+        two = len(peeled) == 2 and not blocks and not peeled & set(base.dynamic_loops)
+        if (len(peeled) > 1 and not two) or not (peeled - set(blocks)) <= plain or \
                 not set(blocks) <= blockable:
-            errs.append(f"loops {sorted(peeled)}: at most one peeled loop, one with no good "
-                        "register tile (or a blocked row loop), of a root without partial "
-                        "sums or windows")
+            errs.append(f"loops {sorted(peeled)}: one peeled loop (or two static ones) with "
+                        "no good register tile, or one blocked row loop, of a root without "
+                        "partial sums or windows")
     if sk.root and not set(base.dynamic_loops) <= peeled:
         errs.append(f"dynamic loops {list(base.dynamic_loops)} must be the peeled loop")
     for l in base.parallel_dims:

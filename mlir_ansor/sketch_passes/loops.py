@@ -149,13 +149,15 @@ def parallel_tiles(op: OpInfo, prog: Program, loop: int,
     `loop` of `op` (the workgroup tile is the extent when the loop is not `distributed`):
     split (a, b, c): a*b*c, b*c, b, c (shorter splits padded with outer 1s); blocked
     (a, 1, c): a*block, block, ceil(block / c), c; peeled: whole above S2, ceil(ext / c)
-    register tiles."""
+    register tiles (the outer of two peeled loops: whole at S0, S1 tiles of c)."""
     ext, step = op.extents[loop], prog.split(op.name, loop)
     lengths = step.lengths if step else ()
     blocks = prog.blocks(op.name)
     if loop in blocks:
         a, c, block = lengths[0], lengths[-1], blocks[loop]
         return (a * block if distributed else ext), block, -(-block // c), c
+    if loop == prog.s1_peeled(op.name):
+        return ext, lengths[-1], 1, lengths[-1]
     if loop in prog.peeled(op.name):
         c = lengths[-1]
         return ext, ext, -(-ext // c), c

@@ -50,7 +50,9 @@ class PeelStep:
     split's innermost length) need not divide the extent; the loop stays whole above the
     register-tile level (not distributed, not tiled at S1) and the partial last tile is
     peeled into its own copy of the kernel (DietCode's micro-kernels on a static extent,
-    e.g. 197 tokens, a prime)."""
+    e.g. 197 tokens, a prime). With two peeled loops the outer one (the lower index) is
+    peeled one level up, at S1, whose tile is then its register tile: both whole at S1 would
+    make the local tile the whole plane (197 x 197 attention scores)."""
 
     op: str
     loop: int
@@ -144,6 +146,13 @@ class Program:
             if isinstance(s, (PeelStep, BlockPeelStep)):
                 out.setdefault(s.op, set()).add(s.loop)
         return {k: frozenset(v) for k, v in out.items()}
+
+    def s1_peeled(self, op: str) -> int | None:
+        """The loop of `op` peeled at S1 (the outer of two PeelSteps), or None."""
+        peeled = self.peeled(op)
+        if len(peeled) == 2 and not self.blocks(op):
+            return min(peeled)
+        return None
 
     def blocks(self, op: str) -> dict[int, int]:
         """Loops of `op` with a BlockPeelStep: their block (the others peeled stay whole

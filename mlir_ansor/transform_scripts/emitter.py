@@ -69,6 +69,7 @@ class TilePlan:
                         if program.split(base.name, l) is not None}
         self.peeled = program.peeled(base.name)  # partial register tile peeled
         self.blocks = program.blocks(base.name)  # peeled loops tiled in blocks above S2
+        self.s1_peel = program.s1_peeled(base.name)  # peeled at S1 (S1 tile = register tile)
         # A one-row kernel on a dynamic loop leaves no partial tile to peel.
         self.one_row_kernel = any(l in base.dynamic_loops and self.lengths[l][-1] == 1
                                   for l in self.peeled)
@@ -86,6 +87,8 @@ class TilePlan:
         over workgroups (level 0), or peeled (whole above S2)."""
         if (level == 0 and loop not in self.parallel) or loop in self.whole:
             return True
+        if loop == self.s1_peel:
+            return level != 1  # S1 tiles of the register tile, nothing left to S2
         # A dynamic micro-kernel loop has fixed workgroup tiles; a static one stays whole
         # above S2.
         dynamic = loop in (self.root or self.anchor).dynamic_loops
@@ -143,6 +146,16 @@ class TilePlan:
             out[static[0]] = self.anchor.extents[static[0]]
         return out
 
+    def loop_on(self, op: OpInfo, loop: int) -> int:
+        """The loop of `op` (the root or the anchor) that runs over the base op's `loop`."""
+        base = self.root or self.anchor
+        if op is base:
+            return loop
+        found = self._anchor_loop_of_root_dim().get(base.output_dim_of_loop(loop))
+        if found is None:
+            raise ValueError(f"no loop of {op.name} runs over loop {loop} of {base.name}")
+        return found
+
     def _anchor_loop_of_root_dim(self) -> dict[int, int | None]:
         """Root output dim -> the anchor loop over it: through the map the anchor reads the
         root's result with (a consumer may write its output transposed, e.g. back to NCHW
@@ -192,13 +205,13 @@ def _batch_contraction(op: OpInfo) -> bool:
 
 
 def _tile_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, tile_last: int,
-               extra_vector: list, peel_rows: bool = True) -> list:
+               extra_vector: list, peel_rows: bool = True, each: bool = False) -> list:
     """Tile an op outside the root to rows (`_row_sizes`). A row reduction longer than one
     chunk accumulates chunk-wide partial sums (rfactor) and reduces them once per row;
     a row no good chunk divides is cut into full chunks and a peeled partial last one.
     `peel_rows`: whether `tile_last` is the elementwise row's extent where the op runs (a
-    peel needs a partial last chunk; a reduction's row is always whole). Returns the
-    partial-sum loops to hoist."""
+    peel needs a partial last chunk; a reduction's row is always whole). `each`: the op's
+    handle may hold several copies (see `_peel`). Returns the partial-sum loops to hoist."""
     if not op.extents:
         return []  # a 0-d op (the init of a scalar): nothing to tile
     sizes, odd = _row_sizes(op, tile_last, peel_rows)
@@ -208,7 +221,7 @@ def _tile_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, tile_last: int,
             # The row's partial last chunk in its own loop: a static vector of its own.
             row = _row_loop(op)
             _, h[op.name] = _peel(tb, func, loops[sum(1 for t in sizes[:row] if t)],
-                                  op.op_name, None)
+                                  op.op_name, None, each)
         return []
     last = op.reduction_dims[-1]
     chunk = sizes[last]
@@ -223,7 +236,7 @@ def _tile_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, tile_last: int,
     extra_vector += [init, merge]
     if odd:
         # Full chunks, then the partial last one (static: one vector of its own).
-        full, h[op.name] = _peel(tb, func, loop_h, op.op_name, None)
+        full, h[op.name] = _peel(tb, func, loop_h, op.op_name, None, each)
         return [full]
     return [loop_h]
 
@@ -264,15 +277,16 @@ def _tile_dynamic_rows(tb: tbm.TB, func: ir.Value, h: dict, op: OpInfo, chunk: i
 
 
 def _peel(tb: tbm.TB, func: ir.Value, loop_h: ir.Value, op_name: str,
-          rest_tile: Sequence[int] | None) -> tuple[ir.Value, ir.Value]:
+          rest_tile: Sequence[int] | None, each: bool = False) -> tuple[ir.Value, ir.Value]:
     """Peel `loop_h` into its full steps and the partial last one, whose `op_name` op is
     tiled by `rest_tile` (None: kept whole); returns the full steps' loop and both copies
-    of the op (the peel consumed the loop and every handle into it)."""
+    of the op (the peel consumed the loop and every handle into it). `each`: `loop_h` holds
+    several loops (copies made by an earlier peel)."""
     full, rest = tb.peel(loop_h)
-    rest_op = tb.match_names(rest, [op_name])
+    rest_op = tb.match_names(rest, [op_name], each)
     if rest_tile is not None:
         rest_op, _ = tb.tile_for(rest_op, rest_tile)
-    both = transform.MergeHandlesOp([tb.match_names(full, [op_name]), rest_op]).result
+    both = transform.MergeHandlesOp([tb.match_names(full, [op_name], each), rest_op]).result
     tb.patterns(func, tbm.tiling_cleanup())
     return full, both
 
@@ -468,15 +482,27 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             inner = None
             fusion = next((f for f in (s.s1_fusion(plan) for s in sk.structure)
                            if f is not None and any(f[1])), None)
+            s1_loops: list[ir.Value] = []
             if fusion is not None:
-                _, loops = tb.fuse(h[fusion[0].name], fusion[1])
+                _, s1_loops = tb.fuse(h[fusion[0].name], fusion[1])
                 inner = _closure(ops, fusion[0].index)
             elif any(s1):
-                h[root.name], _ = tb.tile_for(h[root.name], s1)
+                h[root.name], s1_loops = tb.tile_for(h[root.name], s1)
+            names = [ops[i].name for i in inner] if inner is not None else [root.name]
             if inner is not None:
-                names = [ops[i].name for i in inner]
-                h.update(zip(names, tb.split(tb.match_tileable(loops[-1]), len(names))))
+                h.update(zip(names, tb.split(tb.match_tileable(s1_loops[-1]), len(names))))
                 # Shrink the fused temporaries' tensor.empty to the S1 tile (local buffer).
+                tb.patterns(func, tbm.tiling_cleanup())
+            if plan.s1_peel is not None:
+                # The outer of two peeled loops: its S1 loop runs full register tiles, then
+                # the partial last one in a copy of everything the S1 tile holds.
+                tiled_op, sizes = fusion if fusion is not None else (root, s1)
+                at = [i for i, x in enumerate(sizes) if x].index(
+                    plan.loop_on(tiled_op, plan.s1_peel))
+                full, rest = tb.peel(s1_loops[at])
+                copies = [tb.split(tb.match_tileable(x), len(names)) for x in (full, rest)]
+                for n, a, b in zip(names, *copies):
+                    h[n] = transform.MergeHandlesOp([a, b]).result
                 tb.patterns(func, tbm.tiling_cleanup())
             shape = plan.tile_shape(1)
             # R0, S2, R1 on the root.
@@ -499,15 +525,18 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 h[root.name], s2_loops = tb.tile_for(h[root.name], s2)
                 if plan.peeled and not plan.one_row_kernel:
                     # The register-tile loop of a micro-kernel extent: full tiles, then the
-                    # partial last one in its own loop; both copies of the root go on.
-                    (l,) = plan.peeled
-                    # The partial tile of a dynamic extent has a dynamic size: cut to rows
-                    # of one, a static kernel (masked vectorization is not an option in
-                    # IREE 3.13). A static one's sizes fold to constants.
-                    _, h[root.name] = _peel(
-                        tb, func, s2_loops[[i for i, s in enumerate(s2) if s].index(l)],
-                        root.op_name, [1 if i == l else 0 for i in range(len(s2))]
-                        if l in root.dynamic_loops else None)
+                    # partial last one in its own loop; both copies of the root go on (the
+                    # outer of two peeled loops was peeled at S1).
+                    tiled = [i for i, s in enumerate(s2) if s]
+                    for l in sorted(plan.peeled - {plan.s1_peel}, reverse=True):
+                        # The partial tile of a dynamic extent has a dynamic size: cut to
+                        # rows of one, a static kernel (masked vectorization is not an
+                        # option in IREE 3.13). A static one's sizes fold to constants.
+                        _, h[root.name] = _peel(
+                            tb, func, s2_loops[tiled.index(l)], root.op_name,
+                            [1 if i == l else 0 for i in range(len(s2))]
+                            if l in root.dynamic_loops else None,
+                            each=plan.s1_peel is not None)
             vec = {l: (plan.lengths[l][1] if len(plan.lengths[l]) > 1 else 1) for l in red}
             # A structure step (rfactor) may turn one loop's inner tile into partial sums.
             psum = next((p for p in (s.partial_sum_loop(root, vec) for s in sk.structure)
@@ -533,7 +562,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     # (Only the fused ops run at the S1 tile whose shape gives tile_last.)
                     extra_loops += _tile_rows(tb, func, h, o, _tile_last(o, plan, shape),
                                               extra_vector,
-                                              peel_rows=inner is not None and o.index in inner)
+                                              peel_rows=inner is not None and o.index in inner,
+                                              each=plan.s1_peel is not None)
                     vector_ops.append(o.name)
             kind = conv_kind(root)
             if kind in ("conv1d", "conv2d"):
