@@ -108,6 +108,20 @@ def test_two_loops_without_a_good_tile_may_both_be_peeled():
     assert all(k is None or (len(k.peeled(root)) == 2 and not violations(ops, k)) for k in kids)
 
 
+def test_searched_peels_of_the_contiguous_loop_are_whole_vectors():
+    # The search samples with full_vectors: a peeled output-contiguous loop (197 columns)
+    # takes multiples of the vector width; the row loop any tile.
+    ops = ops_of(matmul(197, 32, 197))
+    root = ops[-1].name
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(0)
+    progs = [annotate(ops, sks[i % len(sks)], rng, full_vectors=True) for i in range(300)]
+    cols = [p.split(root, 1).lengths[-1] for p in progs if 1 in p.peeled(root)]
+    rows = [p.split(root, 0).lengths[-1] for p in progs if 0 in p.peeled(root)]
+    assert cols and all(c % 16 == 0 for c in cols), cols
+    assert any(r % 16 for r in rows)
+
+
 def test_features_count_the_partial_tile():
     ops, progs = programs(matmul(197))
     p = next(q for q in progs if q.peeled(ops[-1].name))

@@ -364,7 +364,8 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
              target: Target | None = None, full_vectors: bool = False) -> Program:
     """One random complete program of `sketch` for `target` (see the module docstring).
     `full_vectors`: the register tile's contiguous loop is drawn from whole vectors only
-    where they divide it (`full_vector_tile`), as if the others were drawn and rejected:
+    where they divide it (`full_vector_tile`; a peeled one from multiples of the vector
+    width), as if the others were drawn and rejected:
     the pruning rule vector-not-filled flags them, and the search's random sampling, which
     rejects flagged programs, drew most of its candidates in vain."""
     if sketch.gpu:
@@ -398,9 +399,14 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 else:
                     peeled = {rng.choice(peelable)}
                 for l in sorted(peeled):
-                    c = rng.choice(peel_sizes(root.extents[l],
-                                              inner_limit(root, l, target=target),
-                                              l in root.dynamic_loops))
+                    sizes = peel_sizes(root.extents[l], inner_limit(root, l, target=target),
+                                       l in root.dynamic_loops)
+                    if full_vectors and l not in root.dynamic_loops and \
+                            root.output_dim_of_loop(l) == len(root.output.shape) - 1:
+                        # The output's contiguous loop: every full kernel in whole vectors
+                        # (the search drew 31-, 43- and 54-wide tiles on 197 tokens).
+                        sizes = [c for c in sizes if c % lim.f32_lanes == 0] or sizes
+                    c = rng.choice(sizes)
                     # A dynamic loop is also cut into workgroups of a fixed k*c rows.
                     k = rng.choice(DYNAMIC_WORKGROUP_KERNELS) \
                         if l in root.dynamic_loops else 1
