@@ -10,7 +10,7 @@ import pytest
 from mlir_ansor.sketch_passes.annotation import annotate, peel_candidates, violations
 from mlir_ansor.sketch_passes.loops import reduction_tile
 from mlir_ansor.sketch_passes.mutations import mutate_tile_size
-from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep, Program
+from mlir_ansor.sketch_passes.program import PackStep, ParallelStep, PeelStep, Program
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
@@ -120,6 +120,27 @@ def test_searched_peels_of_the_contiguous_loop_are_whole_vectors():
     rows = [p.split(root, 0).lengths[-1] for p in progs if 0 in p.peeled(root)]
     assert cols and all(c % 16 == 0 for c in cols), cols
     assert any(r % 16 for r in rows)
+
+
+def test_a_loop_peeled_at_s1_counts_its_buffers_twice():
+    # The S1 peel copies the fused consumer's local tile and the packed panel (one for the
+    # full S1 tiles, one for the partial): 2 x (9 x 197 + 16 x 197) floats overflow the
+    # 32 KiB stack although one copy fits (a ViT program failed to compile so).
+    ops = ops_of(matmul_relu(197, 64, 197))
+    root = ops[1].name
+    sk = next(s for s in generate_sketches(ops, default_cpu_rules()) if s.local_tile)
+    rng = random.Random(0)
+    p = next(q for q in (annotate(ops, sk, rng) for _ in range(2000))
+             if len(q.peeled(root)) == 2)
+    steps = [s for s in p.steps if not isinstance(s, PackStep)]
+    steps = [replace(s, lengths=(1, 1, 9)) if getattr(s, "loop", None) == 0 and
+             getattr(s, "lengths", None) else
+             replace(s, lengths=(16, 4)) if getattr(s, "loop", None) == 2 and
+             getattr(s, "lengths", None) else s for s in steps]
+    plain = Program(p.sketch, tuple(steps))
+    assert not violations(ops, plain), violations(ops, plain)
+    packed = Program(p.sketch, tuple(steps[:-1]) + (PackStep(root, 1), steps[-1]))
+    assert any("stack" in e for e in violations(ops, packed))
 
 
 def test_features_count_the_partial_tile():

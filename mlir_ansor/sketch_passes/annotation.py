@@ -263,13 +263,14 @@ def dynamic_row_splits(op: OpInfo, loop: int, whole: set[int], *,
 
 def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int],
               blocks: dict[int, int] | None = None) -> int:
-    """Elements of the root's S1 tile (a peeled loop stays whole there, a blocked one is
-    one block, the outer of two peeled ones its register tile)."""
+    """Elements of the root's S1 tile buffers (a peeled loop stays whole there, a blocked
+    one is one block, the outer of two peeled ones its register tile: that peel copies the
+    S1 tile's buffers, one for the full tiles and one for the partial, counted twice)."""
     blocks = blocks or {}
     s1_peel = min(peeled) if len(peeled) == 2 and not blocks else None
-    return math.prod(blocks[l] if l in blocks else s[-1] if l == s1_peel else
-                     root.extents[l] if l in peeled else s[-1] * s[-2]
-                     for l, s in splits.items())
+    return (2 if s1_peel is not None else 1) * math.prod(
+        blocks[l] if l in blocks else s[-1] if l == s1_peel else
+        root.extents[l] if l in peeled else s[-1] * s[-2] for l, s in splits.items())
 
 
 # Packed panels share the stack with tiles this check does not see (a fused producer's tile:
@@ -341,13 +342,16 @@ def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
     """The packed buffers (at most MAX_PACK_BYTES), with the local accumulator tile of a
     cache write, fit IREE's stack limit (larger buffers need a compile flag; over 64 KiB
     they overflow the worker stack at run time), with room for the strategy's small
-    temporaries (a 32 KiB buffer alone compiled for one matmul and not for another)."""
+    temporaries (a 32 KiB buffer alone compiled for one matmul and not for another).
+    A loop peeled at S1 copies them all (the full S1 tiles' and the partial one's)."""
     total = sum(pack_bytes(root, prog, i) for i in packed)
     if total > MAX_PACK_BYTES:
         return False
     if prog.sketch.local_tile:  # the S1 output tile
         tile = reduction_tile(root, prog)
         total += math.prod(tile[l] for l in root.parallel_dims) * root.output.elem_bytes
+    if prog.s1_peeled(root.name) is not None:
+        total *= 2
     return total + STACK_HEADROOM_BYTES <= STACK_LIMIT_BYTES
 
 
