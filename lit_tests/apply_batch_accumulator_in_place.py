@@ -8,45 +8,16 @@
 # only the fused consumer's local tile.
 import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from pathlib import Path
 
-from helpers import DATA, compile_with
-
-from mlir_ansor.dialect_helpers.linalg_info import analyze_task
-from mlir_ansor.sketch_passes.program import Program
-from mlir_ansor.transform_scripts.library import TunedEntry, library_text
-from mlir_ansor.tuner.tasks import extract_tasks, flow_source
-from mlir_ansor.tuner.toolchain import Toolchain
-
-work = Path(sys.argv[1])
-work.mkdir(parents=True, exist_ok=True)
-tools = Toolchain.find()
-src = DATA / "bmm_scale_4x64x48x32.mlir"
-task = extract_tasks(flow_source(src, "llvm-cpu", tools, 300))[0]
-ops = analyze_task(task.task_mlir)
-MM = "op1_batch_matmul"
-SKETCH = {"anchor": "op2_generic", "root": MM, "fuse_consumer": True, "cache_write": False,
-          "rfactor": False, "inlined": [], "rules": ["MultiLevelTilingWithFusion"]}
-
-
-def split(loop, lengths):
-    return {"op": MM, "loop": loop, "lengths": lengths, "kind": "split"}
-
+from helpers import lowered_bmm_tile
 
 # Register tiles (1, rows, cols) under a local tile of one batch's 64 x 48; without the fold
 # the first two were copied (the third was not: kept as a control).
 for rows, cols, k in ((2, 24, 1), (8, 24, 4), (8, 16, 8)):
-    prog = Program.from_json({"sketch": SKETCH, "steps": [
-        split(0, [2, 1, 1]), split(1, [1, 64 // rows, rows]), split(2, [1, 48 // cols, cols]),
-        split(3, [32 // k, k]), {"op": MM, "loops": [0], "kind": "parallel"},
-        {"op": MM, "factor": 1, "kind": "unroll"}, {"op": MM, "kind": "vectorize"}]})
-    lib, name = work / "lib.mlir", f"{rows}x{cols}_k{k}"
-    lib.write_text(library_text([TunedEntry("t0", task.task_mlir, tuple(ops), prog)]))
-    lowered = compile_with(tools, src, lib, work, name, (
-        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",)).stderr
+    lowered = lowered_bmm_tile(sys.argv[1], rows, cols, k)
     buffers = [line.split("memref<")[1].split(">")[0] for line in lowered.splitlines()
                if "memref.alloca" in line]
-    print(f"{name}: linalg ops {lowered.count('linalg.')} buffers {buffers}")
+    print(f"{rows}x{cols}_k{k}: linalg ops {lowered.count('linalg.')} buffers {buffers}")
     sys.stdout.flush()
 # CHECK: 2x24_k1 rc 0 applied ['strategy_t0']
 # CHECK-NEXT: 2x24_k1: linalg ops 0 buffers ['1x64x48xf32']

@@ -90,3 +90,39 @@ def compile_with(tools, src, lib, work, name: str, extra=()):
     print(name, "rc", res.returncode, "applied", sorted(applied_strategies(cfg)))
     sys.stdout.flush()
     return res
+
+
+def lowered_bmm_tile(work, rows: int, cols: int, k: int) -> str:
+    """Compile tests/data/bmm_scale_4x64x48x32.mlir (a batch matmul and its fused scaling)
+    with one program: register tiles of 1 x rows x cols, inner reduction tile k, under a
+    local tile of one batch's 64 x 48. Prints the compile line; returns the IR after IREE's
+    lowering of the executable (our strategy applied)."""
+    from pathlib import Path
+
+    from mlir_ansor.sketch_passes.program import Program
+    from mlir_ansor.transform_scripts.library import TunedEntry, library_text
+    from mlir_ansor.tuner.tasks import extract_tasks, flow_source
+    from mlir_ansor.tuner.toolchain import Toolchain
+
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    tools = Toolchain.find()
+    src = DATA / "bmm_scale_4x64x48x32.mlir"
+    task = extract_tasks(flow_source(src, "llvm-cpu", tools, 300))[0]
+    ops = analyze_task(task.task_mlir)
+    mm = "op1_batch_matmul"
+    sketch = {"anchor": "op2_generic", "root": mm, "fuse_consumer": True,
+              "cache_write": False, "rfactor": False, "inlined": [],
+              "rules": ["MultiLevelTilingWithFusion"]}
+
+    def split(loop, lengths):
+        return {"op": mm, "loop": loop, "lengths": lengths, "kind": "split"}
+
+    prog = Program.from_json({"sketch": sketch, "steps": [
+        split(0, [2, 1, 1]), split(1, [1, 64 // rows, rows]), split(2, [1, 48 // cols, cols]),
+        split(3, [32 // k, k]), {"op": mm, "loops": [0], "kind": "parallel"},
+        {"op": mm, "factor": 1, "kind": "unroll"}, {"op": mm, "kind": "vectorize"}]})
+    lib, name = work / "lib.mlir", f"{rows}x{cols}_k{k}"
+    lib.write_text(library_text([TunedEntry("t0", task.task_mlir, tuple(ops), prog)]))
+    return compile_with(tools, src, lib, work, name, (
+        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",)).stderr

@@ -74,13 +74,8 @@ def test_what_a_peeled_program_may_not_be():
 
 
 def matmul_relu(m, k, n):
-    return linalg_func(f"%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>", f"tensor<{m}x{n}xf32>",
-                       f"""
-  %c0 = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<{m}x{n}xf32>
-  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>)
-       outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+    """`matmul` with an elementwise consumer (relu) to fuse."""
+    relu = f"""
   %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
        iterator_types = ["parallel", "parallel"]}} ins(%r : tensor<{m}x{n}xf32>)
        outs(%e : tensor<{m}x{n}xf32>) {{
@@ -88,7 +83,9 @@ def matmul_relu(m, k, n):
       %z = arith.maximumf %x, %c0 : f32
       linalg.yield %z : f32
   }} -> tensor<{m}x{n}xf32>
-  return %y : tensor<{m}x{n}xf32>""")
+  return %y : tensor<{m}x{n}xf32>"""
+    text = matmul(m, k, n)
+    return text.replace(f"  return %r : tensor<{m}x{n}xf32>", relu)
 
 
 def test_two_loops_without_a_good_tile_may_both_be_peeled():
