@@ -164,20 +164,47 @@ def test_peeled_programs_compile_apply_and_match(tools, tmp_path):
     assert [r.status for r in got] == [Status.OK] * 3, [r.error for r in got]
 
 
-def test_two_peeled_loops_compile_apply_and_match(tools, tmp_path):
-    # Every sketch: the consumer fused into the S1 tile (its copy in the peeled S1 tile goes
-    # on with the root's), and the root alone.
-    m = prepared_measurer(tools, tmp_path, matmul_relu(37, 32, 67))
-    root = m.task.ops[1].name
+def batch_matmul(b, m, k, n):
+    return linalg_func(f"%a: tensor<{b}x{m}x{k}xf32>, %b: tensor<{b}x{k}x{n}xf32>",
+                       f"tensor<{b}x{m}x{n}xf32>", f"""
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{b}x{m}x{n}xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<{b}x{m}x{n}xf32>) -> tensor<{b}x{m}x{n}xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<{b}x{m}x{k}xf32>, tensor<{b}x{k}x{n}xf32>)
+       outs(%f : tensor<{b}x{m}x{n}xf32>) -> tensor<{b}x{m}x{n}xf32>
+  return %r : tensor<{b}x{m}x{n}xf32>""")
+
+
+@pytest.mark.parametrize("payload", [matmul_relu(37, 32, 67), matmul(37, 32, 67),
+                                     batch_matmul(4, 37, 16, 67)],
+                         ids=["fused-consumer", "cache-write-and-plain", "batch"])
+def test_two_peeled_loops_compile_apply_and_match(tools, tmp_path, payload):
+    # Every sketch (the consumer fused into the S1 tile, whose copy in the peeled S1 tile
+    # goes on with the root's; a cache write's local tile; the root alone), and a batch
+    # loop tiled above the peeled ones.
+    m = prepared_measurer(tools, tmp_path, payload)
+    root = next(o.name for o in m.task.ops if o.reduction_dims)
     rng = random.Random(0)
     progs, tries = [], 0
-    while len(progs) < 2 * len(m.task.sketches) and tries < 2000:
+    while len(progs) < 2 * len(m.task.sketches) and tries < 4000:
         tries += 1
         sk = m.task.sketches[len(progs) % len(m.task.sketches)]
         p = annotate(m.task.ops, sk, rng)
         if len(p.peeled(root)) == 2:
             progs.append(p)
     assert len(progs) == 2 * len(m.task.sketches)
-    assert any(p.sketch.local_tile for p in progs)
+    assert {p.sketch for p in progs} == set(m.task.sketches)
     got = list(m.measure_iter(progs))
     assert [r.status for r in got] == [Status.OK] * len(progs), [r.error for r in got]
+
+
+def test_mutation_keeps_a_peeled_contiguous_loop_in_whole_vectors():
+    ops = ops_of(matmul(197, 32, 197))
+    root = ops[-1].name
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(1)
+    progs = [annotate(ops, sks[i % len(sks)], rng, full_vectors=True) for i in range(300)]
+    p = next(q for q in progs if 1 in q.peeled(root))
+    kids = [mutate_tile_size(ops, p, rng) for _ in range(200)]
+    cols = {k.split(root, 1).lengths[-1] for k in kids if k is not None}
+    assert len(cols) > 1 and all(c % 16 == 0 for c in cols), cols

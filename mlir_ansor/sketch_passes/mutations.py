@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
-                                                 block_candidates, block_choices, block_tiles,
+                                                 annotation_limits, block_candidates, block_choices, block_tiles,
                                                  dynamic_row_splits, pack_candidates, packs_fit,
                                                  peel_sizes, repair, unroll_choices, violations,
                                                  whole_row_loops)
@@ -94,6 +94,11 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
             return _checked(ops, _replace(prog, step, new), target)
         sizes = [x for x in peel_sizes(base.extents[step.loop], c * 2,
                                        step.loop in base.dynamic_loops) if x != c]
+        lanes = annotation_limits(target).f32_lanes
+        if c % lanes == 0 and \
+                base.output_dim_of_loop(step.loop) == len(base.output.shape) - 1:
+            # Whole vectors stay whole (annotate's full_vectors draws only those).
+            sizes = [x for x in sizes if x % lanes == 0]
         if not sizes:
             return None
         new = SplitStep(step.op, step.loop, (k, one, rng.choice(sizes)))

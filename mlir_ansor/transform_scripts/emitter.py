@@ -169,15 +169,16 @@ class TilePlan:
                          if self.anchor.output_dim_of_loop(c) == p), None)
                 for p in range(len(shape))}
 
-    def tile_shape(self, level: int) -> list[int]:
-        """Shape of the root/anchor output tile at `level`."""
+    def tile_shape(self, level: int, whole_s1_peel: bool = False) -> list[int]:
+        """Shape of the root/anchor output tile at `level` (`whole_s1_peel`: with the loop
+        peeled at S1 whole, as ops outside the S1 tile see it)."""
         base = self.root or self.anchor
         shape = list(base.output.shape)
         for l in base.parallel_dims:
             p = base.output_dim_of_loop(l)
             if p is not None:
-                shape[p] = base.extents[l] if self._whole_at(l, level) else \
-                    self._tile(l, level)
+                whole = self._whole_at(l, level) or (whole_s1_peel and l == self.s1_peel)
+                shape[p] = base.extents[l] if whole else self._tile(l, level)
         return shape
 
 
@@ -489,13 +490,14 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             elif any(s1):
                 h[root.name], s1_loops = tb.tile_for(h[root.name], s1)
             names = [ops[i].name for i in inner] if inner is not None else [root.name]
-            if inner is not None:
+            if inner is not None and plan.s1_peel is None:
                 h.update(zip(names, tb.split(tb.match_tileable(s1_loops[-1]), len(names))))
                 # Shrink the fused temporaries' tensor.empty to the S1 tile (local buffer).
                 tb.patterns(func, tbm.tiling_cleanup())
             if plan.s1_peel is not None:
                 # The outer of two peeled loops: its S1 loop runs full register tiles, then
-                # the partial last one in a copy of everything the S1 tile holds.
+                # the partial last one in a copy of everything the S1 tile holds (peeled
+                # before any cleanup rewrites the loop under its handle).
                 tiled_op, sizes = fusion if fusion is not None else (root, s1)
                 at = [i for i, x in enumerate(sizes) if x].index(
                     plan.loop_on(tiled_op, plan.s1_peel))
@@ -505,6 +507,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                     h[n] = transform.MergeHandlesOp([a, b]).result
                 tb.patterns(func, tbm.tiling_cleanup())
             shape = plan.tile_shape(1)
+            # Ops outside the S1 tile see a loop peeled at S1 whole.
+            outside = plan.tile_shape(1, whole_s1_peel=True)
             # R0, S2, R1 on the root.
             red = {l: plan.lengths[l][0] for l in root.reduction_dims}
             r0 = [red[l] if l in red and red[l] != root.extents[l] else 0
@@ -560,9 +564,10 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 # forall: one_workgroup_reduction hands it over to vectorize.)
                 if o is not root and o.is_linalg and o.output.shape:
                     # (Only the fused ops run at the S1 tile whose shape gives tile_last.)
-                    extra_loops += _tile_rows(tb, func, h, o, _tile_last(o, plan, shape),
-                                              extra_vector,
-                                              peel_rows=inner is not None and o.index in inner,
+                    fused = inner is not None and o.index in inner
+                    extra_loops += _tile_rows(tb, func, h, o, _tile_last(
+                                              o, plan, shape if fused else outside),
+                                              extra_vector, peel_rows=fused,
                                               each=plan.s1_peel is not None)
                     vector_ops.append(o.name)
             kind = conv_kind(root)

@@ -132,7 +132,7 @@ def _build_root_nest(op: OpInfo, program: Program) -> _Nest:
         if op.iterators[l] == "parallel" or l in peeled:
             wg, s1, s2, c = parallel_tiles(op, program, l, l in distributed)
             nest.trip["s0"] *= ext // wg
-            nest.trip["s1"] *= wg // s1
+            nest.trip["s1"] *= -(-wg // s1)  # (a loop peeled at S1 has a partial last tile)
             nest.trip["s2"] *= s2
             nest.trip["s3"] *= c
             for lvl, t in zip(LEVELS, (c, c, s1, s1, wg)):
