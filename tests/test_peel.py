@@ -105,14 +105,19 @@ def test_two_loops_without_a_good_tile_may_both_be_peeled():
     assert all(k is None or (len(k.peeled(root)) == 2 and not violations(ops, k)) for k in kids)
 
 
+def searched_programs(seed):
+    """300 programs of a 197 x 32 x 197 matmul as the search samples them (full_vectors)."""
+    ops = ops_of(matmul(197, 32, 197))
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(seed)
+    return ops, ops[-1].name, rng, [annotate(ops, sks[i % len(sks)], rng, full_vectors=True)
+                                     for i in range(300)]
+
+
 def test_searched_peels_of_the_contiguous_loop_are_whole_vectors():
     # The search samples with full_vectors: a peeled output-contiguous loop (197 columns)
     # takes multiples of the vector width; the row loop any tile.
-    ops = ops_of(matmul(197, 32, 197))
-    root = ops[-1].name
-    sks = generate_sketches(ops, default_cpu_rules())
-    rng = random.Random(0)
-    progs = [annotate(ops, sks[i % len(sks)], rng, full_vectors=True) for i in range(300)]
+    ops, root, _, progs = searched_programs(0)
     cols = [p.split(root, 1).lengths[-1] for p in progs if 1 in p.peeled(root)]
     rows = [p.split(root, 0).lengths[-1] for p in progs if 0 in p.peeled(root)]
     assert cols and all(c % 16 == 0 for c in cols), cols
@@ -199,11 +204,7 @@ def test_two_peeled_loops_compile_apply_and_match(tools, tmp_path, payload):
 
 
 def test_mutation_keeps_a_peeled_contiguous_loop_in_whole_vectors():
-    ops = ops_of(matmul(197, 32, 197))
-    root = ops[-1].name
-    sks = generate_sketches(ops, default_cpu_rules())
-    rng = random.Random(1)
-    progs = [annotate(ops, sks[i % len(sks)], rng, full_vectors=True) for i in range(300)]
+    ops, root, rng, progs = searched_programs(1)
     p = next(q for q in progs if 1 in q.peeled(root))
     kids = [mutate_tile_size(ops, p, rng) for _ in range(200)]
     cols = {k.split(root, 1).lengths[-1] for k in kids if k is not None}
