@@ -17,10 +17,11 @@ from typing import Callable, Sequence
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.gpu_annotation import annotate_gpu, gpu_violations, repair_gpu
 from mlir_ansor.sketch_passes.loops import (divisors, eligible_parallel, footprint,
-                                            largest_divisor, op_by_name, reduction_tile,
-                                            unit_loops, window_loops)
+                                            lane_loop, largest_divisor, op_by_name,
+                                            reduction_tile, unit_loops, window_loops)
 from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, PeelStep,
-                                              Program, SplitStep, UnrollStep, VectorizeStep)
+                                              Program, SplitStep, UnrollStep, VectorizeStep,
+                                              s1_peel_of)
 from mlir_ansor.sketch_passes.sketch import Sketch, StructureStep
 from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 
@@ -267,7 +268,7 @@ def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int]
     one is one block, the outer of two peeled ones its register tile: that peel copies the
     S1 tile's buffers, one for the full tiles and one for the partial, counted twice)."""
     blocks = blocks or {}
-    s1_peel = min(peeled) if len(peeled) == 2 and not blocks else None
+    s1_peel = s1_peel_of(peeled, blocks)
     return (2 if s1_peel is not None else 1) * math.prod(
         blocks[l] if l in blocks else s[-1] if l == s1_peel else
         root.extents[l] if l in peeled else s[-1] * s[-2] for l, s in splits.items())
@@ -405,8 +406,7 @@ def annotate(ops: Sequence[OpInfo], sketch: Sketch, rng: random.Random, *,
                 for l in sorted(peeled):
                     sizes = peel_sizes(root.extents[l], inner_limit(root, l, target=target),
                                        l in root.dynamic_loops)
-                    if full_vectors and l not in root.dynamic_loops and \
-                            root.output_dim_of_loop(l) == len(root.output.shape) - 1:
+                    if full_vectors and l not in root.dynamic_loops and l == lane_loop(root):
                         # The output's contiguous loop: every full kernel in whole vectors
                         # (the search drew 31-, 43- and 54-wide tiles on 197 tokens).
                         sizes = [c for c in sizes if c % lim.f32_lanes == 0] or sizes

@@ -12,11 +12,11 @@ from typing import Callable, Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (DYNAMIC_WORKGROUP_KERNELS, MAX_WORKGROUP_DIMS,
-                                                 annotation_limits, block_candidates, block_choices, block_tiles,
-                                                 dynamic_row_splits, pack_candidates, packs_fit,
-                                                 peel_sizes, repair, unroll_choices, violations,
-                                                 whole_row_loops)
-from mlir_ansor.sketch_passes.loops import divisors, eligible_parallel, op_by_name
+                                                 annotation_limits, block_candidates,
+                                                 block_choices, block_tiles, dynamic_row_splits,
+                                                 pack_candidates, packs_fit, peel_sizes, repair,
+                                                 unroll_choices, violations, whole_row_loops)
+from mlir_ansor.sketch_passes.loops import divisors, eligible_parallel, lane_loop, op_by_name
 from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, Program,
                                               SplitStep, Step, UnrollStep, VectorizeStep)
 from mlir_ansor.targets import Target
@@ -95,8 +95,7 @@ def mutate_tile_size(ops: Sequence[OpInfo], prog: Program, rng: random.Random, *
         sizes = [x for x in peel_sizes(base.extents[step.loop], c * 2,
                                        step.loop in base.dynamic_loops) if x != c]
         lanes = annotation_limits(target).f32_lanes
-        if c % lanes == 0 and \
-                base.output_dim_of_loop(step.loop) == len(base.output.shape) - 1:
+        if c % lanes == 0 and step.loop == lane_loop(base):
             # Whole vectors stay whole (annotate's full_vectors draws only those).
             sizes = [x for x in sizes if x % lanes == 0]
         if not sizes:

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Union
+from typing import Collection, Mapping, Union
 
 from mlir_ansor.sketch_passes.sketch import Sketch
 
@@ -57,6 +57,12 @@ class PeelStep:
     op: str
     loop: int
     kind: str = "peel"
+
+
+def s1_peel_of(peeled: Collection[int], blocks: Mapping[int, int]) -> int | None:
+    """Of a root's peeled loops (and its blocked ones), the loop peeled at S1: the outer of
+    two plain peeled loops; None otherwise."""
+    return min(peeled) if len(peeled) == 2 and not blocks else None
 
 
 @dataclass(frozen=True)
@@ -149,10 +155,7 @@ class Program:
 
     def s1_peeled(self, op: str) -> int | None:
         """The loop of `op` peeled at S1 (the outer of two PeelSteps), or None."""
-        peeled = self.peeled(op)
-        if len(peeled) == 2 and not self.blocks(op):
-            return min(peeled)
-        return None
+        return s1_peel_of(self.peeled(op), self.blocks(op))
 
     def blocks(self, op: str) -> dict[int, int]:
         """Loops of `op` with a BlockPeelStep: their block (the others peeled stay whole
