@@ -92,11 +92,10 @@ def compile_with(tools, src, lib, work, name: str, extra=()):
     return res
 
 
-def lowered_bmm_tile(work, rows: int, cols: int, k: int) -> str:
-    """Compile tests/data/bmm_scale_4x64x48x32.mlir (a batch matmul and its fused scaling)
-    with one program: register tiles of 1 x rows x cols, inner reduction tile k, under a
-    local tile of one batch's 64 x 48. Prints the compile line; returns the IR after IREE's
-    lowering of the executable (our strategy applied)."""
+def lowered_program(work, payload: str, name: str, steps) -> str:
+    """Compile tests/data/PAYLOAD.mlir with one program of its first task (`steps(ops)`:
+    the program's JSON given the task's ops). Prints the compile line; returns the IR after
+    IREE's lowering of the executable (our strategy applied)."""
     from pathlib import Path
 
     from mlir_ansor.sketch_passes.program import Program
@@ -107,9 +106,20 @@ def lowered_bmm_tile(work, rows: int, cols: int, k: int) -> str:
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     tools = Toolchain.find()
-    src = DATA / "bmm_scale_4x64x48x32.mlir"
+    src = DATA / f"{payload}.mlir"
     task = extract_tasks(flow_source(src, "llvm-cpu", tools, 300))[0]
     ops = analyze_task(task.task_mlir)
+    prog = Program.from_json(steps(ops))
+    lib = work / f"lib_{name}.mlir"
+    lib.write_text(library_text([TunedEntry("t0", task.task_mlir, tuple(ops), prog)]))
+    return compile_with(tools, src, lib, work, name, (
+        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",)).stderr
+
+
+def lowered_bmm_tile(work, rows: int, cols: int, k: int) -> str:
+    """Compile tests/data/bmm_scale_4x64x48x32.mlir (a batch matmul and its fused scaling)
+    with one program: register tiles of 1 x rows x cols, inner reduction tile k, under a
+    local tile of one batch's 64 x 48 (`lowered_program`)."""
     mm = "op1_batch_matmul"
     sketch = {"anchor": "op2_generic", "root": mm, "fuse_consumer": True,
               "cache_write": False, "rfactor": False, "inlined": [],
@@ -118,11 +128,9 @@ def lowered_bmm_tile(work, rows: int, cols: int, k: int) -> str:
     def split(loop, lengths):
         return {"op": mm, "loop": loop, "lengths": lengths, "kind": "split"}
 
-    prog = Program.from_json({"sketch": sketch, "steps": [
+    steps = {"sketch": sketch, "steps": [
         split(0, [2, 1, 1]), split(1, [1, 64 // rows, rows]), split(2, [1, 48 // cols, cols]),
         split(3, [32 // k, k]), {"op": mm, "loops": [0], "kind": "parallel"},
-        {"op": mm, "factor": 1, "kind": "unroll"}, {"op": mm, "kind": "vectorize"}]})
-    lib, name = work / "lib.mlir", f"{rows}x{cols}_k{k}"
-    lib.write_text(library_text([TunedEntry("t0", task.task_mlir, tuple(ops), prog)]))
-    return compile_with(tools, src, lib, work, name, (
-        "--mlir-print-ir-after=iree-llvmcpu-lower-executable-target",)).stderr
+        {"op": mm, "factor": 1, "kind": "unroll"}, {"op": mm, "kind": "vectorize"}]}
+    return lowered_program(work, "bmm_scale_4x64x48x32", f"{rows}x{cols}_k{k}",
+                           lambda ops: steps)

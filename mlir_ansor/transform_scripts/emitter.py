@@ -23,8 +23,9 @@ from mlir_ansor.dialect_helpers.linalg_info import MAP_STORE, OpInfo
 from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided_access,
                                                has_window_access)
 from mlir_ansor.sketch_passes.annotation import whole_row_loops
-from mlir_ansor.sketch_passes.loops import (batch_loops, footprint_shape, lane_loop,
-                                            largest_divisor, op_by_name, reduction_tile)
+from mlir_ansor.sketch_passes.loops import (batch_loops, column_read_loop, footprint_shape,
+                                            lane_loop, largest_divisor, op_by_name,
+                                            reduction_tile)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -577,13 +578,18 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 named = transform.structured.SpecializeOp(tbm.any_op(), h[root.name]).result
                 h[root.name] = (transform.structured.DecomposeOp(named).result
                                 if kind == "conv2d" else named)
-            elif kind == "fold" or _batch_contraction(root):
+            elif kind == "fold" or _batch_contraction(root) or \
+                    column_read_loop(root) is not None:
                 # No 1-D kernel for these (3-D, depthwise, grouped): every window loop and
                 # output row is a unit tile here, and folding the unit dims leaves a
                 # contraction (or an elementwise multiply-add) the vectorizer takes.
                 # Batch contractions too: a named batch_matmul vectorized with its unit
                 # batch dim lowers element by element (1x2304x32x288: 13x slower than
-                # IREE's); the fold needs the generic form. The other ops are vectorized
+                # IREE's); the fold needs the generic form. So do contractions reading
+                # their broadcast operand by columns (A[k][m]): unfolded, the unit dims
+                # around the column keep the vector contraction from becoming outer
+                # products, and it lowered element by element (ShuffleNet's 1x1 conv from
+                # a channels-first input: 0.91 against 0.063 ms). The other ops are vectorized
                 # first: folded, a transposing consumer (BERT's attention) was rewritten
                 # beyond what its handle tracks ("tracking listener failed to find
                 # replacement op"); a handle with no later use is not tracked.
