@@ -51,6 +51,23 @@ def test_only_loops_without_a_good_register_tile_are_peeled():
     assert not any(p.peeled(r128) - set(p.blocks(r128)) for p in progs128)
 
 
+def test_lanes_with_no_tile_of_whole_vectors_are_peeled():
+    # 58 lanes (ShuffleNet's channels): divisors 29 and 58 carry a partial vector through
+    # the kernel; 48 and 64 lanes have whole-vector tiles and stay as they were.
+    for n, peels in ((58, True), (40, True), (48, False), (64, False)):
+        ops = ops_of(matmul(96, k=32, n=n))
+        root = ops[-1]
+        sk = generate_sketches(ops, default_cpu_rules())[0]
+        assert (1 in peel_candidates(root, sk)) == peels, n
+    ops = ops_of(matmul(96, k=32, n=58))
+    sks = generate_sketches(ops, default_cpu_rules())
+    rng = random.Random(0)
+    progs = [annotate(ops, sks[i % len(sks)], rng, full_vectors=True) for i in range(80)]
+    lane = [p.split(ops[-1].name, 1).lengths[-1] for p in progs if 1 in p.peeled(ops[-1].name)]
+    assert lane and all(c % 16 == 0 for c in lane)  # whole vectors, a peeled partial one
+    assert all(not violations(ops, p) for p in progs)
+
+
 def test_what_a_peeled_program_may_not_be():
     ops, progs = programs(matmul(197))
     root = ops[-1].name

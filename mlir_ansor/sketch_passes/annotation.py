@@ -173,15 +173,20 @@ def peel_candidates(root: OpInfo, sketch: Sketch, *,
                     target: Target | None = None) -> list[int]:
     """Parallel loops of a root that may be micro-kernel loops (PeelStep): their extent has
     no good register tile (its largest divisor within the inner limit is under half of it,
-    e.g. 197 tokens), of a root that may peel (`_may_peel`)."""
+    e.g. 197 tokens), or, along the output's contiguous dim, no tile of whole vectors (58
+    channels: a 58-lane tile carries a partial vector through the whole kernel, 16-lane
+    kernels and a peeled partial one do not), of a root that may peel (`_may_peel`)."""
     if not _may_peel(root, sketch):
         return []
     unit_rows = unit_loops(root)
+    lanes, vloop = annotation_limits(target).f32_lanes, lane_loop(root)
     out = []
     for l in root.parallel_dims:
         lim, ext = inner_limit(root, l, target=target), root.extents[l]
-        if l in root.dynamic_loops or (
-                l not in unit_rows and ext > lim and largest_divisor(ext, lim) < lim // 2):
+        no_whole_vectors = l == vloop and ext > lanes and not any(
+            d % lanes == 0 for d in divisors(ext) if d <= lim)
+        if l in root.dynamic_loops or (l not in unit_rows and (
+                no_whole_vectors or ext > lim and largest_divisor(ext, lim) < lim // 2)):
             out.append(l)
     return out
 
