@@ -43,9 +43,11 @@ for rows, lanes, k in ((6, 16, 1), (4, 16, 2)):
                             program(rows, lanes, k)).splitlines()
     arith = [l for l in lines if "arith.mulf" in l or "vector.fma" in l]
     narrow = sum(lanes_of(l) < 4 for l in arith)
-    print(f"{name}: multiplies {'yes' if arith else 'no'}, of under 4 lanes {narrow}")
+    folds = "fold_unit_extent_dims" in open(f"{sys.argv[1]}/lib_{name}.mlir").read()
+    print(f"{name}: folds {'yes' if folds else 'no'}, multiplies {'yes' if arith else 'no'},"
+          f" of under 4 lanes {narrow}")
     sys.stdout.flush()
 # CHECK: 6x16_k1 rc 0 applied ['strategy_t0']
-# CHECK-NEXT: 6x16_k1: multiplies yes, of under 4 lanes 0
+# CHECK-NEXT: 6x16_k1: folds yes, multiplies yes, of under 4 lanes 0
 # CHECK: 4x16_k2 rc 0 applied ['strategy_t0']
-# CHECK-NEXT: 4x16_k2: multiplies yes, of under 4 lanes 0
+# CHECK-NEXT: 4x16_k2: folds yes, multiplies yes, of under 4 lanes 0

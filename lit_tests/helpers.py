@@ -2,10 +2,11 @@
 import random
 import sys
 from pathlib import Path
+from typing import Callable, Sequence
 
 from iree.compiler import ir
 
-from mlir_ansor.dialect_helpers.linalg_info import analyze_task
+from mlir_ansor.dialect_helpers.linalg_info import OpInfo, analyze_task
 from mlir_ansor.sketch_passes.annotation import annotate
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
@@ -92,10 +93,12 @@ def compile_with(tools, src, lib, work, name: str, extra=()):
     return res
 
 
-def lowered_program(work, payload: str, name: str, steps) -> str:
+def lowered_program(work: str, payload: str, name: str,
+                    steps: Callable[[Sequence[OpInfo]], dict]) -> str:
     """Compile tests/data/PAYLOAD.mlir with one program of its first task (`steps(ops)`:
-    the program's JSON given the task's ops). Prints the compile line; returns the IR after
-    IREE's lowering of the executable (our strategy applied)."""
+    the program's JSON given the task's ops; the library is WORK/lib_NAME.mlir). Prints
+    the compile line; returns the IR after IREE's lowering of the executable (our strategy
+    applied)."""
     from pathlib import Path
 
     from mlir_ansor.sketch_passes.program import Program

@@ -9,9 +9,12 @@ from iree.compiler import ir
 
 from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, annotate, annotation_limits,
                                                  inner_limit, violations)
+from mlir_ansor.sketch_passes.kernel_seed import register_tile
 from mlir_ansor.sketch_passes.loops import column_read_loop
+from mlir_ansor.sketch_passes.pruning import flagged
 from mlir_ansor.sketch_passes.rules import default_cpu_rules
 from mlir_ansor.sketch_passes.sketch import generate_sketches
+from mlir_ansor.targets import DEFAULT_CPU
 from mlir_ansor.transform_scripts.emitter import emit_standalone
 from tests.conftest import BATCH_MATMUL, MATMUL, mul_add_generic, ops_of
 
@@ -22,6 +25,10 @@ NHWC_1X1 = mul_add_generic("4x12x16", "16x58", "4x12x58", "h, w, co, ci",
                            ("h, w, ci", "ci, co", "h, w, co"), CONV)
 NCHW_1X1 = mul_add_generic("16x4x12", "58x16", "58x4x12", "co, h, w, ci",
                            ("ci, h, w", "co, ci", "co, h, w"), CONV)
+# A's contiguous dim p also indexes the lane operand: not a row, so not a column read.
+P_SHARED = mul_add_generic("8x4x6x10", "8x10x40", "4x6x10x40", "m, q, p, n, k",
+                           ("k, m, q, p", "k, p, n", "m, q, p, n"),
+                           "parallel, parallel, parallel, parallel, reduction")
 TRANSPOSED_A = mul_add_generic("16x48", "16x58", "48x58", "m, n, k",
                                ("k, m", "k, n", "m, n"), "parallel, parallel, reduction")
 
@@ -41,7 +48,7 @@ def test_a_column_read_needs_a_second_row_loop():
     assert column_read_loop(root(ops_of(CF_TO_CL))) == 1  # w: the input's contiguous dim
     # A[m][k] reads, lanes the input varies along, and a plain transposed-A matmul (its
     # contraction lowers to outer products as it is) are not.
-    for text in (NHWC_1X1, NCHW_1X1, TRANSPOSED_A, MATMUL, BATCH_MATMUL):
+    for text in (NHWC_1X1, NCHW_1X1, TRANSPOSED_A, P_SHARED, MATMUL, BATCH_MATMUL):
         assert column_read_loop(root(ops_of(text))) is None
 
 
@@ -74,3 +81,18 @@ def test_column_read_strategies_fold_unit_dims():
         with ir.Context(), ir.Location.unknown():
             emitted = [str(emit_standalone(ops, p)) for p in progs]
         assert all(("fold_unit_extent_dims_via_slices" in e) == folds for e in emitted)
+
+
+def test_pruning_and_seeds_know_the_column_kernel():
+    # A 6 x 16 tile is the most a column read of 12 rows admits in two-register steps:
+    # not demoted as a small register tile (it was, judged against 4 vectors of lanes).
+    ops, progs = sampled(CF_TO_CL, n=200)
+    r = root(ops)
+    kernels = [p for p in progs
+               if [p.split(r.name, l).lengths[-1] for l in r.parallel_dims] == [1, 6, 16]]
+    assert kernels and not any("small-register-tile" in flagged(ops, p, DEFAULT_CPU)
+                               for p in kernels)
+    # The micro-kernel seed (lanes it divides: 64): one vector of lanes, rows along the
+    # column (it took 4 vectors x 6 rows, cut to 16 lanes by the limit).
+    cl64 = CF_TO_CL.replace("58", "64")
+    assert register_tile(root(ops_of(cl64)), DEFAULT_CPU) == {2: 16, 1: 12}

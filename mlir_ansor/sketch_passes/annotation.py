@@ -138,9 +138,11 @@ def inner_limit(op: OpInfo, loop: int, *, target: Target | None = None) -> int:
     limits = annotation_limits(target)
     lane = op.output_dim_of_loop(loop) == len(op.output.shape) - 1
     column = column_read_loop(op)
-    if column is not None:
-        return limits.f32_lanes if lane else MAX_OTHER_INNER if loop == column else 1
-    return limits.vector_lanes if lane else MAX_OTHER_INNER
+    if lane:
+        return limits.vector_lanes if column is None else limits.f32_lanes
+    if column is not None and loop != column:
+        return 1
+    return MAX_OTHER_INNER
 
 
 

@@ -14,11 +14,11 @@ from typing import Sequence
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_ROW,
-                                                 most_rows, pack_candidates, packs_fit,
-                                                 violations)
+                                                 inner_limit, most_rows, pack_candidates,
+                                                 packs_fit, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
-from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, reuse_rows,
-                                            window_loops)
+from mlir_ansor.sketch_passes.loops import (column_read_loop, divisors, lane_loop,
+                                            op_by_name, reuse_rows, window_loops)
 from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
@@ -36,14 +36,17 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
     vloop = lane_loop(op)
     if vloop is None:
         return None
-    rows_loops = [l for l in reuse_rows(op, vloop) if op.extents[l] > 1]
+    column = column_read_loop(op)  # (a column read has rows along its column only)
+    rows_loops = [l for l in reuse_rows(op, vloop) if op.extents[l] > 1] \
+        if column is None else [column]
     if not rows_loops:
         return None
     row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost
     lanes, regs = target.f32_lanes, target.vector_registers
     hide = regs // 2  # independent accumulators that keep both FMA pipes busy
     best, choice = None, None
-    for v in range(1, VECTORS_PER_ROW + 1):
+    most_vectors = max(1, inner_limit(op, vloop, target=target) // lanes)
+    for v in range(1, min(VECTORS_PER_ROW, most_vectors) + 1):
         if op.extents[vloop] % (v * lanes):
             continue
         for rows in divisors(op.extents[row]):

@@ -131,20 +131,21 @@ def lane_loop(op: OpInfo) -> int | None:
 def column_read_loop(op: OpInfo) -> int | None:
     """The row loop of a contraction whose broadcast operand (the input the lane loop does
     not index) is read reduction-major, A[k][m], with another row loop beside it: its
-    contiguous dim is that parallel loop (a 1x1 conv reading a channels-first input into a
+    contiguous dim is that row loop (a 1x1 conv reading a channels-first input into a
     channels-last output whose h and w stay apart). None for the usual A[m][k], for a
     plain transposed-A matmul (one row loop: the vector contraction lowers to outer
-    products as it is), and for ops without lanes."""
+    products as it is), for a column indexed through a window (a 3x3 conv from a
+    channels-first input: its own fold path, not covered here) and for ops without lanes."""
     lane = lane_loop(op)
-    if lane is None or not op.reduction_dims or len(reuse_rows(op, lane)) < 2:
+    rows = reuse_rows(op, lane) if lane is not None and op.reduction_dims else ()
+    if len(rows) < 2:
         return None
     for o in op.operands:
-        if o.is_output or not o.map_results or any(l == lane for t in o.map_results
-                                                   for l, _ in t):
+        loops = {l for t in o.map_results for l, _ in t}
+        if o.is_output or not o.map_results or lane in loops:
             continue
-        loops = [l for t in o.map_results for l, _ in t]
         inner = o.map_results[-1]
-        if len(inner) == 1 and op.iterators[inner[0][0]] == "parallel" and \
+        if len(inner) == 1 and inner[0][0] in rows and \
                 any(op.iterators[l] == "reduction" for l in loops):
             return inner[0][0]
     return None

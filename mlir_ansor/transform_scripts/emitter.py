@@ -581,8 +581,9 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             elif kind == "fold" or _batch_contraction(root) or \
                     column_read_loop(root) is not None:
                 # No 1-D kernel for these (3-D, depthwise, grouped): every window loop and
-                # output row is a unit tile here, and folding the unit dims leaves a
-                # contraction (or an elementwise multiply-add) the vectorizer takes.
+                # output row is a unit tile here (a column read keeps rows along its
+                # column), and folding the unit dims leaves a contraction (or an
+                # elementwise multiply-add) the vectorizer takes.
                 # Batch contractions too: a named batch_matmul vectorized with its unit
                 # batch dim lowers element by element (1x2304x32x288: 13x slower than
                 # IREE's); the fold needs the generic form. So do contractions reading

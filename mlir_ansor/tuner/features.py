@@ -36,8 +36,8 @@ import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.annotation import MAX_OTHER_INNER as MAX_ROW_TILE
-from mlir_ansor.sketch_passes.loops import (footprint, op_by_name, parallel_tiles,
-                                            reuse_rows, span)
+from mlir_ansor.sketch_passes.loops import (column_read_loop, footprint, op_by_name,
+                                            parallel_tiles, reuse_rows, span)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64
@@ -314,7 +314,10 @@ class RootNest:
     # Rows an outer-product register tile could have: the product of the extents (each at
     # most MAX_ROW_TILE) of the loops whose rows reuse the loaded vectors (`reuse_rows`);
     # 1 when no input is broadcast across the lanes (a depthwise conv: nothing is reused).
+    # A column read (`column_read_loop`) has rows along the column only.
     row_room: int = 1
+    # Whether the lanes are capped at one vector (a column read: annotation.inner_limit).
+    one_vector: bool = False
 
 
 def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
@@ -327,8 +330,9 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     per_level = {lvl: sum(footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
                  for lvl in LEVELS}
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
-    row_room = math.prod(min(op.extents[l], MAX_ROW_TILE)
-                         for l in reuse_rows(op, nest.vector_loop))
+    column = column_read_loop(op)
+    rows = reuse_rows(op, nest.vector_loop) if column is None else (column,)
+    row_room = math.prod(min(op.extents[l], MAX_ROW_TILE) for l in rows)
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
-                    per_level, row_room)
+                    per_level, row_room, column is not None)
