@@ -96,3 +96,9 @@ def test_pruning_and_seeds_know_the_column_kernel():
     # column (it took 4 vectors x 6 rows, cut to 16 lanes by the limit).
     cl64 = CF_TO_CL.replace("58", "64")
     assert register_tile(root(ops_of(cl64)), DEFAULT_CPU) == {2: 16, 1: 12}
+    # The column is the outer row loop h (input [ci][w][h]): rows along h, not along the
+    # output's innermost row w.
+    h_column = mul_add_generic("16x12x4", "16x64", "4x12x64", "h, w, co, ci",
+                               ("ci, w, h", "ci, co", "h, w, co"), CONV)
+    assert column_read_loop(root(ops_of(h_column))) == 0
+    assert register_tile(root(ops_of(h_column)), DEFAULT_CPU) == {2: 16, 0: 4}

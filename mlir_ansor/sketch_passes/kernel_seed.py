@@ -17,8 +17,8 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
                                                  inner_limit, most_rows, pack_candidates,
                                                  packs_fit, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
-from mlir_ansor.sketch_passes.loops import (column_read_loop, divisors, lane_loop,
-                                            op_by_name, reuse_rows, window_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, reuse_rows,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
@@ -36,9 +36,9 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
     vloop = lane_loop(op)
     if vloop is None:
         return None
-    column = column_read_loop(op)  # (a column read has rows along its column only)
-    rows_loops = [l for l in reuse_rows(op, vloop) if op.extents[l] > 1] \
-        if column is None else [column]
+    # (Rows only where the search allows them: a column read has them along its column.)
+    rows_loops = [l for l in reuse_rows(op, vloop)
+                  if op.extents[l] > 1 and inner_limit(op, l, target=target) > 1]
     if not rows_loops:
         return None
     row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost

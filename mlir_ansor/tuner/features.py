@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
-from mlir_ansor.sketch_passes.annotation import MAX_OTHER_INNER as MAX_ROW_TILE
+from mlir_ansor.sketch_passes.annotation import inner_limit
 from mlir_ansor.sketch_passes.loops import (column_read_loop, footprint, op_by_name,
                                             parallel_tiles, reuse_rows, span)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
@@ -312,9 +312,9 @@ class RootNest:
     reg_tile: int  # accumulator elements
     bytes: dict[str, int]  # unique bytes of all buffers touched per level (LEVELS)
     # Rows an outer-product register tile could have: the product of the extents (each at
-    # most MAX_ROW_TILE) of the loops whose rows reuse the loaded vectors (`reuse_rows`);
-    # 1 when no input is broadcast across the lanes (a depthwise conv: nothing is reused).
-    # A column read (`column_read_loop`) has rows along the column only.
+    # most its `inner_limit`: a column read has rows along the column only) of the loops
+    # whose rows reuse the loaded vectors (`reuse_rows`); 1 when no input is broadcast
+    # across the lanes (a depthwise conv: nothing is reused).
     row_room: int = 1
     # Whether the lanes are capped at one vector (a column read: annotation.inner_limit).
     one_vector: bool = False
@@ -330,9 +330,8 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     per_level = {lvl: sum(footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
                  for lvl in LEVELS}
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
-    column = column_read_loop(op)
-    rows = reuse_rows(op, nest.vector_loop) if column is None else (column,)
-    row_room = math.prod(min(op.extents[l], MAX_ROW_TILE) for l in rows)
+    row_room = math.prod(min(op.extents[l], inner_limit(op, l))
+                         for l in reuse_rows(op, nest.vector_loop))
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
-                    per_level, row_room, column is not None)
+                    per_level, row_room, column_read_loop(op) is not None)
