@@ -8,7 +8,7 @@ from mlir_ansor.sketch_passes.kernel_seed import (WORKGROUPS_PER_CORE, kernel_se
 from mlir_ansor.sketch_passes.loops import op_by_name
 from mlir_ansor.targets import X86_AVX2, X86_AVX512
 from mlir_ansor.tuner.features import root_nest
-from tests.conftest import DATA, MATMUL, ops_of
+from tests.conftest import DATA, MATMUL, mul_add_generic, ops_of
 from tests.test_cost_model import make_task
 from tests.test_pruning import BATCHED_DEPTHWISE
 
@@ -21,11 +21,53 @@ def root(ops):
 
 def test_the_register_tile_fills_the_register_file_with_the_most_reuse():
     mm = root(ops_of(MATMUL))  # 64x48 (k 32): loops m 0, n 1
-    # AVX2 (16 registers, 8 lanes): 4 rows x 3 vectors = 12 accumulators + 3 + 1 = 16
-    # registers, 1.71 FMAs a load (14x8 reuses less: 0.93; 6 rows divide no 64).
-    assert register_tile(mm, AVX2) == {1: 24, 0: 4}
-    # AVX-512 (32 registers, 16 lanes): 8 rows x 3 vectors, 24 accumulators + 4 <= 32.
-    assert register_tile(mm, X86_AVX512) == {1: 48, 0: 8}
+    # AVX2 (16 registers, 8 lanes): whole vectors in powers of two: 4 rows x 2 vectors = 8
+    # accumulators (hide the FMA latency) + 2 + 1 registers, 1.33 FMAs a load (8 x 1: 0.89).
+    assert register_tile(mm, AVX2) == {1: 16, 0: 4}
+    # AVX-512 (32 registers, 16 lanes): 48 columns hold 3 vectors, but a row of 3 is one
+    # 48-lane LLVM vector (it lowered badly): 1 vector, 16 rows.
+    assert register_tile(mm, X86_AVX512) == {1: 16, 0: 16}
+    # 2048 columns: 4 vectors x 6 rows would be 24 accumulators, but 6 divides no 64 rows:
+    # 4 x 4 (16 accumulators hide the FMA latency) over 2 x 8 for fewer loads per FMA.
+    assert register_tile(root(ops_of(WIDE_MATMUL)), X86_AVX512) == {1: 64, 0: 4}
+
+
+WIDE_MATMUL = mul_add_generic("64x32", "32x2048", "64x2048", "m, n, k",
+                              ("m, k", "k, n", "m, n"), "parallel, parallel, reduction")
+# x @ W^T with W packed to [n / 16, k, 16] (layout_rewrite's panels): loops m, n / 16, 16, k.
+PANEL_MATMUL = mul_add_generic("128x768", "48x768x16", "128x48x16", "m, p, l, k",
+                               ("m, k", "p, k, l", "m, p, l"),
+                               "parallel, parallel, parallel, reduction")
+
+
+def test_panels_of_a_packed_weight_are_the_register_tile_s_vectors():
+    """Over a packed weight the lanes are one vector long; the panel loop beside them gives
+    the vectors (3 panels of 16 lanes: each a vector of its own, not one 48-lane vector),
+    the rows are m's; the seed keeps the activation's rows whole (they fit in L2) and
+    spreads the 2.4 MB weight over workgroups along its panels, reads it in place (no
+    packed copy of a packed panel) and reduces one element at a time (measured faster)."""
+    from mlir_ansor.sketch_passes.kernel_seed import input_traffic
+    from mlir_ansor.sketch_passes.loops import panel_loop
+    from mlir_ansor.sketch_passes.program import PackStep, SplitStep
+
+    op = root(ops_of(PANEL_MATMUL))
+    assert panel_loop(op) == 1
+    assert panel_loop(root(ops_of(MATMUL))) is None and panel_loop(root(ops_of(WIDE_MATMUL))) is None
+    reg = register_tile(op, X86_AVX512)
+    assert reg == {2: 16, 1: 3, 0: 8}
+    wg = workgroup_tile(op, reg, 16, X86_AVX512.l2_bytes)
+    assert wg == {0: 128, 1: 3, 2: 16}
+    # Without a cache the 0.4 MB activation counts once per workgroup along the panels too,
+    # and the rows are cut.
+    assert workgroup_tile(op, reg, 16)[0] < 128
+    assert input_traffic(op, wg, X86_AVX512.l2_bytes) == (128 * 768 + 48 * 768 * 16) * 4
+    ops = ops_of(PANEL_MATMUL)
+    seeds = kernel_seed_programs(ops, make_task(ops).sketches, X86_AVX512)
+    assert seeds and not any(isinstance(s, PackStep) for p in seeds for s in p.steps)
+    for p in seeds:
+        assert violations(ops, p, target=X86_AVX512) == []
+        k = next(s for s in p.steps if isinstance(s, SplitStep) and s.loop == 3)
+        assert k.lengths[-1] == 1
 
 
 def test_no_seed_without_an_outer_product():

@@ -17,8 +17,8 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
                                                  inner_limit, most_rows, pack_candidates,
                                                  packs_fit, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
-from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, reuse_rows,
-                                            window_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, panel_loop,
+                                            reuse_rows, window_loops)
 from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
@@ -32,7 +32,9 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
     """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
     whole vectors of the contiguous output loop times `rows` of the innermost loop whose
     iterations reuse those vectors; None when the op has no such pair (no broadcast
-    operand, or a contiguous loop that fills no vector)."""
+    operand, or a contiguous loop that fills no vector). Where the lanes are one vector
+    long and a panel loop stands beside them (a packed weight, `panel_loop`), the `v`
+    vectors are `v` panels of one vector each."""
     vloop = lane_loop(op)
     if vloop is None:
         return None
@@ -43,35 +45,65 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
         return None
     row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost
     lanes, regs = target.f32_lanes, target.vector_registers
+    panel = panel_loop(op) if op.extents[vloop] == lanes else None
     hide = regs // 2  # independent accumulators that keep both FMA pipes busy
     best, choice = None, None
-    most_vectors = max(1, inner_limit(op, vloop, target=target) // lanes)
-    for v in range(1, min(VECTORS_PER_ROW, most_vectors) + 1):
-        if op.extents[vloop] % (v * lanes):
-            continue
+    if panel is None:
+        most_vectors = max(1, inner_limit(op, vloop, target=target) // lanes)
+        # Powers of two: a row of 3 vectors is one 48-lane LLVM vector, which lowered badly
+        # (BERT's 128x768x768 projection: 8 x 48 lanes 3.0-19.6 ms, 8 x 64 0.71-0.79).
+        widths = {v: {vloop: v * lanes} for v in (1, 2, 4)
+                  if v <= min(VECTORS_PER_ROW, most_vectors) and op.extents[vloop] % (v * lanes) == 0}
+    else:
+        most_vectors = min(VECTORS_PER_ROW, inner_limit(op, panel, target=target))
+        widths = {v: {vloop: lanes, panel: v} for v in range(1, most_vectors + 1)
+                  if op.extents[panel] % v == 0}
+    for v, width in widths.items():
         for rows in divisors(op.extents[row]):
             if rows > min(MAX_OTHER_INNER, most_rows(v, regs)):
                 continue
             acc = rows * v
             score = (min(acc, hide), acc / (rows + v))
             if best is None or score > best:
-                best, choice = score, {vloop: v * lanes, row: rows}
+                best, choice = score, {**width, row: rows}
     return choice
 
 
-def workgroup_tile(op: OpInfo, reg: dict[int, int], workgroups: int) -> dict[int, int]:
-    """Loop -> workgroup tile: whole loops cut, the loop with the most register tiles per
-    workgroup first, at divisors that are multiples of its register tile, until there are
-    at least `workgroups` (or nothing is left to cut)."""
+def input_traffic(op: OpInfo, wg: dict[int, int], cached: int = 0) -> int:
+    """Bytes the workgroups of tile `wg` read from memory for the inputs: each input once
+    per workgroup along the loops that do not index it (they re-read the same slice), once
+    in all where it fits in `cached` bytes (a core's L2 keeps it between workgroups)."""
+    total = 0
+    for o in op.operands:
+        if o.is_output or not o.shape:
+            continue
+        size = math.prod(o.shape) * o.elem_bytes
+        loops = {l for t in o.map_results for l, _ in t}
+        reads = math.prod(op.extents[l] // wg[l] for l in wg if l not in loops)
+        total += size * (1 if size <= cached else reads)
+    return total
+
+
+def workgroup_tile(op: OpInfo, reg: dict[int, int], workgroups: int,
+                   cached: int = 0) -> dict[int, int]:
+    """Loop -> workgroup tile: whole loops cut, at divisors that are multiples of its
+    register tile, until there are at least `workgroups` (or nothing is left to cut). Each
+    cut is the one that adds the least input traffic (`input_traffic`, `cached`: bytes an
+    input may have to stay in cache), then the loop with the most register tiles per
+    workgroup: cutting a loop re-reads every input it does not index, so a large weight is
+    streamed once by workgroups along its own loop while the small activation is re-read
+    (BERT's 128-row MLP, 3072 x 768 weight: rows whole and 16 workgroups along n ran
+    1.89 ms, 2 x 8 workgroups 2.00)."""
     wg = {l: op.extents[l] for l in op.parallel_dims}
     while math.prod(op.extents[l] // wg[l] for l in wg) < workgroups:
         cuts = {l: [d for d in divisors(op.extents[l]) if d < wg[l] and d % reg.get(l, 1) == 0]
                 for l in wg}
-        cuts = {l: c for l, c in cuts.items() if c}
+        cuts = {l: c[-1] for l, c in cuts.items() if c}
         if not cuts:
             break
-        l = max(cuts, key=lambda l: (wg[l] // reg.get(l, 1), -l))
-        wg[l] = cuts[l][-1]
+        l = min(cuts, key=lambda l: (input_traffic(op, {**wg, l: cuts[l]}, cached),
+                                     -(wg[l] // reg.get(l, 1)), l))
+        wg[l] = cuts[l]
     return wg
 
 
@@ -80,13 +112,20 @@ def kernel_levels(op: OpInfo, target: Target) -> Levels | None:
     reg = register_tile(op, target)
     if reg is None:
         return None
-    wg = workgroup_tile(op, reg, WORKGROUPS_PER_CORE * target.cores)
+    wg = workgroup_tile(op, reg, WORKGROUPS_PER_CORE * target.cores, target.l2_bytes)
     n = len(op.extents)
     return (("distribution", tuple(wg.get(l, 0) for l in range(n))),
             ("vector_common_parallel", tuple(reg.get(l, 1) if l in wg else 0
                                              for l in range(n))),
-            ("vector_reduction", tuple(REDUCTION_TILE if l in op.reduction_dims else 0
+            ("vector_reduction", tuple(reduction_tile_of(op) if l in op.reduction_dims else 0
                                        for l in range(n))))
+
+
+def reduction_tile_of(op: OpInfo) -> int:
+    """The seed's innermost reduction tile: REDUCTION_TILE, but 1 over packed panels
+    (BERT's packed MLP weights: 8 ran 2.75 ms, 4 2.61, 1 2.03; on a 3x3 conv and a batch
+    matmul 1, 4 and 8 were within 4%)."""
+    return 1 if panel_loop(op) is not None else REDUCTION_TILE
 
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
@@ -125,6 +164,8 @@ def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
     1x1 conv walks its rows at the output's channel stride (4 KB and more apart: the same L1
     sets); None when no such operand may be packed or its buffer does not fit."""
     vloop = lane_loop(root)
+    if panel_loop(root) is not None:
+        return None  # the operand is packed already: a copy only costs (2.03 -> 2.60 ms)
     cands = [i for i in pack_candidates(root, sketch)
              if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
     if not cands or not packs_fit(ops, prog, root, cands[:1]):

@@ -128,6 +128,28 @@ def lane_loop(op: OpInfo) -> int | None:
 
 
 @op_fact
+def panel_loop(op: OpInfo) -> int | None:
+    """The loop that picks the panel of a panel-packed operand (a weight packed to [n / 16,
+    k, 16]: its n / 16 loop): parallel, indexing the output's dim just outside the lanes and
+    exactly the inputs the lane loop indexes, so that, like wider lanes, its register tile
+    adds whole row vectors (one per panel) which every broadcast element feeds. None where
+    no loop does (an unpacked matmul: its lane loop is the whole output row) or no input is
+    broadcast across the lanes."""
+    lane = lane_loop(op)
+    if lane is None or len(op.output.shape) < 2:
+        return None
+    inputs = [{l for t in o.map_results for l, _ in t} for o in op.operands
+              if not o.is_output and o.shape]
+    lane_inputs = [i for i, x in enumerate(inputs) if lane in x]
+    if not lane_inputs or len(lane_inputs) == len(inputs):
+        return None
+    outer = len(op.output.shape) - 2
+    return next((l for l in op.parallel_dims
+                 if l != lane and op.output_dim_of_loop(l) == outer
+                 and [i for i, x in enumerate(inputs) if l in x] == lane_inputs), None)
+
+
+@op_fact
 def column_read_loop(op: OpInfo) -> int | None:
     """The row loop of a contraction whose broadcast operand (the input the lane loop does
     not index) is read reduction-major, A[k][m], with another row loop beside it: its
