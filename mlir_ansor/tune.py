@@ -161,9 +161,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "branches whose contractions are padded to the branch's top: auto "
                         "where IREE's default build is clearly faster with them (default), "
                         "off (llvm-cpu)")
-    p.add_argument("--kernel-seeds", action="store_true",
+    p.add_argument("--kernel-seeds", action=argparse.BooleanOptionalAction, default=True,
                    help="start each task's search with the outer-product micro-kernel that "
-                        "fits the target's vector registers")
+                        "fits the target's vector registers (default; --no-kernel-seeds: "
+                        "search from random programs alone)")
     p.add_argument("--iree-seeds", action="store_true",
                    help="start each task's search with the programs closest to IREE's own "
                         "tile sizes")

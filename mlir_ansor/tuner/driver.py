@@ -104,8 +104,10 @@ class TuneOptions:
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
     # without (the seeds' trials came out of the strided convs, where the gains are).
     iree_seeds: bool = False
-    # Measure each task's micro-kernel seeds first (sketch_passes/kernel_seed.py).
-    kernel_seeds: bool = False
+    # Measure each task's micro-kernel seeds first (sketch_passes/kernel_seed.py). On by
+    # default since they reach 74-76% of the peak on BERT's packed linear layers in their
+    # first batch, where 8 trials of search found 51-58% (docs/results.md).
+    kernel_seeds: bool = True
     # The scheduler's objective (paper §6): f1 summed latency of the models, f2 each model
     # only until it meets `latency_requirement_s`, f3 geometric mean of the speedups over
     # IREE's default, f4 f1 with early stopping (`early_stop` rounds, 3 if not given).
