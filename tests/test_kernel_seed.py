@@ -70,6 +70,26 @@ def test_panels_of_a_packed_weight_are_the_register_tile_s_vectors():
         assert k.lengths[-1] == 1
 
 
+def test_only_a_packed_panel_is_a_panel_loop():
+    """An NCHW conv's output rows sit beside its lanes and index the same input, but as
+    window dims: no panel (its seed keeps rows, a reduction tile of 8 and a packed copy);
+    nor are panels wider than one vector the seed's vectors."""
+    from mlir_ansor.sketch_passes.kernel_seed import reduction_tile_of, seed_panel
+    from mlir_ansor.sketch_passes.loops import panel_loop
+
+    conv = root(ops_of(mul_add_generic(
+        "1x8x18x18", "16x8x3x3", "1x16x16x16", "n, f, h, w, c, kh, kw",
+        ("n, c, h + kh, w + kw", "f, c, kh, kw", "n, f, h, w"),
+        "parallel, parallel, parallel, parallel, reduction, reduction, reduction")))
+    assert panel_loop(conv) is None
+    assert reduction_tile_of(conv, X86_AVX512) == 8
+    wide = root(ops_of(mul_add_generic("128x768", "24x768x32", "128x24x32", "m, p, l, k",
+                                       ("m, k", "p, k, l", "m, p, l"),
+                                       "parallel, parallel, parallel, reduction")))
+    assert panel_loop(wide) == 1 and seed_panel(wide, X86_AVX512) is None
+    assert reduction_tile_of(wide, X86_AVX512) == 8
+
+
 def test_no_seed_without_an_outer_product():
     assert register_tile(root(ops_of(BATCHED_DEPTHWISE)), AVX2) is None
 

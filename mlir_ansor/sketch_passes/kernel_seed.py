@@ -2,9 +2,10 @@
 pick: per sketch with a multi-level-tiled root, an outer-product register tile (rows of
 one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim)
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
-in about WORKGROUPS_PER_CORE workgroups per core. With `--kernel-seeds` a task's first
-batch measures them; evolution mutates from there. A hand-picked program of this shape ran
-a ResNet 3x3 conv 1.4-1.7x faster than what 48-96 trials of search had found (results.md).
+in about WORKGROUPS_PER_CORE workgroups per core. A task's first batch measures them (on
+by default; `--no-kernel-seeds` turns them off); evolution mutates from there. A
+hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster than what 48-96
+trials of search had found (results.md).
 """
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ REDUCTION_TILE = 8  # innermost reduction tile (unrolled with the register tile)
 REDUCTION_CHUNK = 256  # reduction elements per R0 step (the packed-B recipe's k block)
 
 
+def seed_panel(op: OpInfo, target: Target) -> int | None:
+    """The panel loop (`loops.panel_loop`) where the lanes are one vector long on `target`:
+    the seed's vectors are then panels (none where the lanes hold several vectors, e.g.
+    32-wide packed panels)."""
+    lane = lane_loop(op)
+    return (panel_loop(op) if lane is not None and op.extents[lane] == target.f32_lanes
+            else None)
+
+
 def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
     """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
     whole vectors of the contiguous output loop times `rows` of the innermost loop whose
@@ -45,7 +55,7 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
         return None
     row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost
     lanes, regs = target.f32_lanes, target.vector_registers
-    panel = panel_loop(op) if op.extents[vloop] == lanes else None
+    panel = seed_panel(op, target)
     hide = regs // 2  # independent accumulators that keep both FMA pipes busy
     best, choice = None, None
     if panel is None:
@@ -117,15 +127,15 @@ def kernel_levels(op: OpInfo, target: Target) -> Levels | None:
     return (("distribution", tuple(wg.get(l, 0) for l in range(n))),
             ("vector_common_parallel", tuple(reg.get(l, 1) if l in wg else 0
                                              for l in range(n))),
-            ("vector_reduction", tuple(reduction_tile_of(op) if l in op.reduction_dims else 0
-                                       for l in range(n))))
+            ("vector_reduction", tuple(reduction_tile_of(op, target)
+                                       if l in op.reduction_dims else 0 for l in range(n))))
 
 
-def reduction_tile_of(op: OpInfo) -> int:
+def reduction_tile_of(op: OpInfo, target: Target) -> int:
     """The seed's innermost reduction tile: REDUCTION_TILE, but 1 over packed panels
     (BERT's packed MLP weights: 8 ran 2.75 ms, 4 2.61, 1 2.03; on a 3x3 conv and a batch
     matmul 1, 4 and 8 were within 4%)."""
-    return 1 if panel_loop(op) is not None else REDUCTION_TILE
+    return 1 if seed_panel(op, target) is not None else REDUCTION_TILE
 
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
@@ -164,7 +174,7 @@ def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
     1x1 conv walks its rows at the output's channel stride (4 KB and more apart: the same L1
     sets); None when no such operand may be packed or its buffer does not fit."""
     vloop = lane_loop(root)
-    if panel_loop(root) is not None:
+    if seed_panel(root, target) is not None:
         return None  # the operand is packed already: a copy only costs (2.03 -> 2.60 ms)
     cands = [i for i in pack_candidates(root, sketch)
              if vloop in {l for t in root.operands[i].map_results for l, _ in t}]

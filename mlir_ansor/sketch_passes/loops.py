@@ -130,23 +130,40 @@ def lane_loop(op: OpInfo) -> int | None:
 @op_fact
 def panel_loop(op: OpInfo) -> int | None:
     """The loop that picks the panel of a panel-packed operand (a weight packed to [n / 16,
-    k, 16]: its n / 16 loop): parallel, indexing the output's dim just outside the lanes and
-    exactly the inputs the lane loop indexes, so that, like wider lanes, its register tile
-    adds whole row vectors (one per panel) which every broadcast element feeds. None where
-    no loop does (an unpacked matmul: its lane loop is the whole output row) or no input is
+    k, 16]: its n / 16 loop): parallel, no unit loop, indexing the output's dim just outside
+    the lanes, and every input the lanes index holds it and the lanes as dims of their own
+    (one loop each, the lanes innermost) around a reduction dim; no other input holds it.
+    Like wider lanes, its register tile adds whole row vectors (one per panel) that every
+    broadcast element feeds. None where no loop does: an unpacked matmul (its lane loop is
+    the whole output row), an NCHW conv (its rows and lanes are window dims), or no input
     broadcast across the lanes."""
     lane = lane_loop(op)
-    if lane is None or len(op.output.shape) < 2:
+    if lane is None or len(op.output.shape) < 2 or not op.reduction_dims:
         return None
-    inputs = [{l for t in o.map_results for l, _ in t} for o in op.operands
-              if not o.is_output and o.shape]
-    lane_inputs = [i for i, x in enumerate(inputs) if lane in x]
-    if not lane_inputs or len(lane_inputs) == len(inputs):
+    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
+           if not o.is_output and o.shape]
+    lane_ins = [o for o, loops in zip(op.operands, ins) if lane in loops]
+    if not lane_ins or len(lane_ins) == len(ins):
         return None
     outer = len(op.output.shape) - 2
-    return next((l for l in op.parallel_dims
-                 if l != lane and op.output_dim_of_loop(l) == outer
-                 and [i for i, x in enumerate(inputs) if l in x] == lane_inputs), None)
+    cands = [l for l in op.parallel_dims if l != lane and l not in unit_loops(op)
+             and op.output_dim_of_loop(l) == outer]
+    if len(cands) != 1:
+        return None
+    panel = cands[0]
+
+    def paneled(o: OperandInfo) -> bool:
+        dims = [tuple(l for l, _ in t) for t in o.map_results]
+        if dims[-1] != (lane,) or (panel,) not in dims[:-1]:
+            return False
+        between = dims[dims.index((panel,)) + 1:-1]
+        return (sum(panel in d or lane in d for d in dims) == 2 and
+                any(len(d) == 1 and d[0] in op.reduction_dims for d in between))
+    if not all(paneled(o) for o in lane_ins):
+        return None
+    if any(panel in loops for loops in ins if lane not in loops):
+        return None
+    return panel
 
 
 @op_fact
