@@ -90,6 +90,26 @@ def test_only_a_packed_panel_is_a_panel_loop():
     assert reduction_tile_of(wide, X86_AVX512) == 8
 
 
+def test_rows_no_divisor_serves_are_peeled():
+    """197 tokens (a prime): divisor rows would be 1; the seed takes rows that leave a
+    partial last tile and peels it (PeelStep), the rows whole in each workgroup (not
+    distributed), with 4 of the 32 registers left beside the tile (ViT's 14 rows x 2
+    panels filled 31 and ran 1.2x slower than 12 rows)."""
+    from mlir_ansor.sketch_passes.program import ParallelStep, PeelStep
+
+    ops = ops_of(mul_add_generic("197x384", "96x384x16", "197x96x16", "m, p, l, k",
+                                 ("m, k", "p, k, l", "m, p, l"),
+                                 "parallel, parallel, parallel, reduction"))
+    seeds = kernel_seed_programs(ops, make_task(ops).sketches, X86_AVX512)
+    assert seeds
+    for p in seeds:
+        assert violations(ops, p, target=X86_AVX512) == []
+        assert PeelStep(root(ops).name, 0) in p.steps
+        rows, panels = (p.split(root(ops).name, l).lengths[-1] for l in (0, 1))
+        assert rows > 1 and 197 % rows and rows * panels + panels + 1 <= 32 - 4
+        assert all(0 not in s.loops for s in p.steps if isinstance(s, ParallelStep))
+
+
 def test_no_seed_without_an_outer_product():
     assert register_tile(root(ops_of(BATCHED_DEPTHWISE)), AVX2) is None
 

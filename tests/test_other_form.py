@@ -108,3 +108,32 @@ def test_with_data_tiling_taken_by_iree_defaults_both_forms_are_tuned(monkeypatc
     text = (out / "report.txt").read_text()
     assert "the tuned model end to end: without" in text and \
         "decided end to end on the tuned forms" in text, text
+
+
+def test_where_the_data_tiled_other_form_fails_data_tiling_comes_first_again(monkeypatch,
+                                                                             tmp_path):
+    """A model with a packable weight whose data-tiled other form cannot be formed is not
+    left without the data tiling IREE's defaults chose: its forms are chosen again,
+    data-tiled first, and the report says why."""
+    from mlir_ansor import api
+    from mlir_ansor.tuner.stages import layout_choice
+
+    monkeypatch.setattr(layout_choice, "choose_data_tiling",
+                        lambda *a, **k: DataTilingChoice(True, 2e-3, 1e-3))
+    real = layout_choice.other_form
+
+    def failing(state, m, f, flips):
+        if flips == DATA_TILING and not f.tiled:  # the packed form's data-tiled other form
+            return "the other form: it failed (a test)"
+        return real(state, m, f, flips)
+    monkeypatch.setattr(layout_choice, "other_form", failing)
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    api.tune(_Linear().eval(), (torch.randn(64, 256),), trials=4, out=out, batch=2,
+             repeat=2, min_repeat_ms=10, retime_rounds=2, e2e_rounds=2, pad_fusion="off",
+             small_sizes="off")
+    names = [t["dispatch"] for t in json.loads((out / "report.json").read_text())["tasks"]]
+    assert any(n.endswith("(not data-tiled)") for n in names), names
+    assert not any(n.endswith("(packed)") for n in names), names
+    text = (out / "report.txt").read_text()
+    assert "not tuned first with packed weights (the other form: it failed (a test))" in text

@@ -159,6 +159,17 @@ def test_a_model_in_two_forms_costs_about_its_faster_form():
         faster_form({"d": 1}, {"w": 1}, spread=0.0)
 
 
+def test_a_packed_site_counts_the_faster_of_its_plain_and_packed_dispatches():
+    """A first form with a packed weight site (plain "d", packed "p") against an other form
+    "w": the site costs the faster of the two, not both (the hand-back packs it only where
+    faster), so the first form is not judged slower than it will run."""
+    lat = faster_form({"s": 1}, {"w": 1}, spread=0.01, first_choices=[({"d": 1}, {"p": 2})])
+    assert lat({"s": 1.0, "d": 5.0, "p": 1.0, "w": 10.0}) == pytest.approx(3.0, rel=1e-6)
+    assert lat({"s": 1.0, "d": 2.0, "p": 4.0, "w": 10.0}) == pytest.approx(3.0, rel=1e-6)
+    # Both counted, the first form (9 here) would look behind the other (4).
+    assert lat({"s": 1.0, "d": 4.0, "p": 2.0, "w": 4.0}) < 4.0
+
+
 def test_the_trials_go_to_the_form_that_will_be_handed_back():
     """Two forms of one model, a shared task "s"; the other form's tasks "w1", "w2"
     improve well past the first form's "d": after the warm-up the scheduler spends the
@@ -175,10 +186,12 @@ def test_the_trials_go_to_the_form_that_will_be_handed_back():
     assert both["d"] >= 15
 
 
-def _two_form_state(monkeypatch, calls_first, calls_other, defaults, default_s=None):
+def _two_form_state(monkeypatch, calls_first, calls_other, defaults, default_s=None,
+                    alternatives=()):
     """A model in two forms whose flows dispatch `calls_first` / `calls_other` (task key ->
     calls per inference; tasks of both forms tunable); `default_s`: the two forms' IREE
-    default builds end to end (OtherForm.default_s)."""
+    default builds end to end (OtherForm.default_s); `alternatives`: the first form's packed
+    weight sites (their added tasks tunable too, in neither flow)."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -187,14 +200,16 @@ def _two_form_state(monkeypatch, calls_first, calls_other, defaults, default_s=N
 
     flows = {"FIRST": Counter(calls_first), "OTHER": Counter(calls_other)}
     monkeypatch.setattr(searching, "dispatch_calls", lambda flow: Counter(flows[flow]))
-    keys = sorted(set(calls_first) | set(calls_other))
-    usage = {k: {"A": calls_other.get(k) or calls_first[k]} for k in keys}  # as merge_tasks
+    added = {k: n for a in alternatives for k, n in a.added}
+    keys = sorted(set(calls_first) | set(calls_other) | set(added))
+    usage = {k: {"A": calls_other.get(k) or calls_first.get(k) or added[k]}  # as merge_tasks
+             for k in keys}
     other = SimpleNamespace(alternative=Alternative((), (), ()),
                             forms=SimpleNamespace(flow="OTHER"), default_s=default_s)
     return SimpleNamespace(
         tunable=tuple(SimpleNamespace(key=k, weight=1, tunable=True) for k in keys),
         usage=usage, defaults=defaults,
-        forms={"A": SimpleNamespace(other=other, flow="FIRST")},
+        forms={"A": SimpleNamespace(other=other, flow="FIRST", alternatives=alternatives)},
         opts=SimpleNamespace(objective="f1", latency_requirement_s=0.0))
 
 
@@ -223,6 +238,22 @@ def test_a_form_counts_the_time_of_what_it_leaves_to_iree(monkeypatch):
     t = FORM_SPREAD * 0.5
     softmin = 0.5 - t * math.log(1 + math.exp((0.5 - 1.1) / t))
     assert objective(shifted)({"s": 1.0, "mm": 0.2}) == pytest.approx(softmin, rel=1e-6)
+
+
+def test_a_first_form_with_a_packed_site_counts_the_site_once(monkeypatch):
+    """BERT tuned first with packed weights, data-tiled as its other form: a packed site's
+    plain task "d" and packed task "p" are both tasks, but the form runs one of them: its
+    latency counts the faster (1 + 1 = 2 against the other form's 4), not both (7)."""
+    from mlir_ansor.tuner.layouts import Alternative
+    from mlir_ansor.tuner.stages.searching import objective
+
+    site = Alternative((), (("d", 1),), (("p", 1),))
+    state = _two_form_state(monkeypatch, {"s": 1, "d": 1}, {"s": 1, "w": 1},
+                            {"s": 1.0, "d": 5.0, "p": 1.0, "w": 3.0}, alternatives=(site,))
+    t = FORM_SPREAD * 2.0
+    softmin = 2.0 - t * math.log(1 + math.exp((2.0 - 4.0) / t))
+    assert objective(state)({"s": 1.0, "d": 5.0, "p": 1.0, "w": 3.0}) == \
+        pytest.approx(softmin, rel=1e-6)
 
 
 def test_a_form_that_leaves_everything_to_iree_counts_its_whole_time(monkeypatch):

@@ -16,11 +16,12 @@ from typing import Sequence
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo
 from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_ROW,
                                                  inner_limit, most_rows, pack_candidates,
-                                                 packs_fit, violations)
+                                                 packs_fit, peel_candidates, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
 from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, panel_loop,
                                             reuse_rows, window_loops)
-from mlir_ansor.sketch_passes.program import PackStep, Program, SplitStep, VectorizeStep
+from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, PeelStep, Program,
+                                              SplitStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
 
@@ -38,22 +39,32 @@ def seed_panel(op: OpInfo, target: Target) -> int | None:
             else None)
 
 
-def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
-    """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
-    whole vectors of the contiguous output loop times `rows` of the innermost loop whose
-    iterations reuse those vectors; None when the op has no such pair (no broadcast
-    operand, or a contiguous loop that fills no vector). Where the lanes are one vector
-    long and a panel loop stands beside them (a packed weight, `panel_loop`), the `v`
-    vectors are `v` panels of one vector each."""
+def row_loop(op: OpInfo, target: Target) -> int | None:
+    """The loop whose iterations are the register tile's rows: the innermost of the loops
+    that reuse the loaded vectors (`reuse_rows`) where the search allows rows (a column
+    read has them along its column only); None without one."""
     vloop = lane_loop(op)
     if vloop is None:
         return None
-    # (Rows only where the search allows them: a column read has them along its column.)
     rows_loops = [l for l in reuse_rows(op, vloop)
                   if op.extents[l] > 1 and inner_limit(op, l, target=target) > 1]
     if not rows_loops:
         return None
-    row = max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)  # the innermost
+    return max(rows_loops, key=lambda l: op.output_dim_of_loop(l) or 0)
+
+
+def register_tile(op: OpInfo, target: Target, peel_rows: bool = False,
+                  vectors: int = VECTORS_PER_ROW) -> dict[int, int] | None:
+    """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
+    whole vectors of the contiguous output loop times `rows` of `row_loop`; None when the
+    op has no such pair (no broadcast operand, or a contiguous loop that fills no vector).
+    Where the lanes are one vector long and a panel loop stands beside them (a packed
+    weight, `panel_loop`), the `v` vectors are `v` panels of one vector each. Rows divide
+    the row loop, or with `peel_rows` need not (its partial last tile peeled: 197 tokens);
+    at most `vectors` vectors."""
+    vloop, row = lane_loop(op), row_loop(op, target)
+    if vloop is None or row is None:
+        return None
     lanes, regs = target.f32_lanes, target.vector_registers
     panel = seed_panel(op, target)
     hide = regs // 2  # independent accumulators that keep both FMA pipes busy
@@ -63,14 +74,19 @@ def register_tile(op: OpInfo, target: Target) -> dict[int, int] | None:
         # Powers of two: a row of 3 vectors is one 48-lane LLVM vector, which lowered badly
         # (BERT's 128x768x768 projection: 8 x 48 lanes 3.0-19.6 ms, 8 x 64 0.71-0.79).
         widths = {v: {vloop: v * lanes} for v in (1, 2, 4)
-                  if v <= min(VECTORS_PER_ROW, most_vectors) and op.extents[vloop] % (v * lanes) == 0}
+                  if v <= min(vectors, most_vectors) and op.extents[vloop] % (v * lanes) == 0}
     else:
-        most_vectors = min(VECTORS_PER_ROW, inner_limit(op, panel, target=target))
+        most_vectors = min(vectors, inner_limit(op, panel, target=target))
         widths = {v: {vloop: lanes, panel: v} for v in range(1, most_vectors + 1)
                   if op.extents[panel] % v == 0}
+    row_choices = (range(1, min(MAX_OTHER_INNER, op.extents[row]) + 1) if peel_rows
+                   else divisors(op.extents[row]))
+    # Registers LLVM keeps beside the tile: on ViT's packed MLP (197 tokens, 2 panels)
+    # 14 rows, 31 of 32 registers, ran 1.02-1.11 ms, 12 rows 0.83-0.89, 8 rows 0.85.
+    free = regs - regs // 8
     for v, width in widths.items():
-        for rows in divisors(op.extents[row]):
-            if rows > min(MAX_OTHER_INNER, most_rows(v, regs)):
+        for rows in row_choices:
+            if rows > min(MAX_OTHER_INNER, most_rows(v, free)):
                 continue
             acc = rows * v
             score = (min(acc, hide), acc / (rows + v))
@@ -117,9 +133,12 @@ def workgroup_tile(op: OpInfo, reg: dict[int, int], workgroups: int,
     return wg
 
 
-def kernel_levels(op: OpInfo, target: Target) -> Levels | None:
-    """IREE-style tile levels (iree_seed.Levels) of the micro-kernel seed of `op`."""
-    reg = register_tile(op, target)
+def kernel_levels(op: OpInfo, target: Target, peel_rows: bool = False,
+                  vectors: int = VECTORS_PER_ROW) -> Levels | None:
+    """IREE-style tile levels (iree_seed.Levels) of the micro-kernel seed of `op` (rows
+    that need not divide their loop with `peel_rows`: that loop is then never cut; at
+    most `vectors` vectors)."""
+    reg = register_tile(op, target, peel_rows, vectors)
     if reg is None:
         return None
     wg = workgroup_tile(op, reg, WORKGROUPS_PER_CORE * target.cores, target.l2_bytes)
@@ -149,8 +168,18 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         if not sk.root or sk.gpu:
             continue
         root = op_by_name(ops, sk.root)
-        levels = kernel_levels(root, target)
-        p = None if levels is None else seed_program(ops, sk, levels, target=target)
+        row = row_loop(root, target)
+        peel = row is not None and row in peel_candidates(root, sk, target=target)
+        p = None
+        # Peeled rows stay whole in a workgroup: fewer vectors until its local tile fits.
+        for vectors in range(VECTORS_PER_ROW, 0, -1) if peel else (VECTORS_PER_ROW,):
+            levels = kernel_levels(root, target, peel, vectors)
+            p = None if levels is None else seed_program(ops, sk, levels, target=target)
+            if p is not None and peel:
+                rows = dict(levels)["vector_common_parallel"][row]
+                p = _peeled_rows(ops, root, p, row, rows, target)
+            if p is not None:
+                break
         if p is None:
             continue
         plain = _chunked(ops, root, p, target, REDUCTION_CHUNK)
@@ -165,6 +194,27 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
             if q is not None and q not in out:
                 out.append(q)
     return out
+
+
+def _peeled_rows(ops: Sequence[OpInfo], root: OpInfo, prog: Program, row: int, rows: int,
+                 target: Target) -> Program | None:
+    """`prog` with its row loop a micro-kernel loop (PeelStep) of `rows`-row tiles: whole
+    in each workgroup, its partial last tile peeled (seed_program rounds tiles down to
+    divisors: on 197 tokens, one row). None if that breaks a rule."""
+    steps: list = []
+    for st in prog.steps:
+        if isinstance(st, SplitStep) and st.op == root.name and st.loop == row:
+            st = replace(st, lengths=(1, 1, rows))
+        elif isinstance(st, ParallelStep) and st.op == root.name:
+            st = replace(st, loops=tuple(l for l in st.loops if l != row))
+            if not st.loops:
+                continue
+        if (isinstance(st, SplitStep) and st.op == root.name and st.loop in root.reduction_dims
+                and not any(isinstance(x, PeelStep) for x in steps)):
+            steps.append(PeelStep(root.name, row))  # as annotate orders them
+        steps.append(st)
+    out = Program(prog.sketch, tuple(steps))
+    return None if violations(ops, out, target=target) else out
 
 
 def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,

@@ -43,18 +43,26 @@ FORM_SPREAD = 0.3
 
 def faster_form(first: Mapping[str, float], other: Mapping[str, float],
                 spread: float = FORM_SPREAD, fixed: tuple[float, float] = (0.0, 0.0),
-                scale: float = 1.0) -> Latency:
+                scale: float = 1.0,
+                first_choices: Sequence[tuple[Mapping[str, float], Mapping[str, float]]] = ()
+                ) -> Latency:
     """The latency of a model with two forms (calls per inference of each task in each),
     the faster of which is handed back: softmin with temperature `spread` * the faster.
     `fixed`: each form's time outside its tasks (dispatches left to IREE), in seconds;
-    `scale`: the model's time per second of its tasks' dispatches timed alone."""
+    `scale`: the model's time per second of its tasks' dispatches timed alone;
+    `first_choices`: (plain calls, packed calls) of the first form's packed weight sites,
+    the faster of each counted on top of `first` (the hand-back packs a site where its
+    dispatches run faster)."""
     if spread <= 0:
         raise ValueError(f"the spread of a soft minimum must be positive, not {spread}")
     if scale <= 0:
         raise ValueError(f"the scale of a form's tasks must be positive, not {scale}")
 
     def latency(g: Mapping[str, float]) -> float:
-        a = fixed[0] + scale * sum(n * g[k] for k, n in first.items())
+        chosen = sum(min(sum(n * g[k] for k, n in plain.items()),
+                         sum(n * g[k] for k, n in packed.items()))
+                     for plain, packed in first_choices)
+        a = fixed[0] + scale * (sum(n * g[k] for k, n in first.items()) + chosen)
         b = fixed[1] + scale * sum(n * g[k] for k, n in other.items())
         low = min(a, b)
         if not math.isfinite(low) or low <= 0:

@@ -4,7 +4,8 @@ side; always with --io-layout channels-last); pads fused into their consumers' d
 with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
 IREE's default build is clearly faster with it (else tuned as the other form); IREE's data
 tiling where its default build is clearly faster with it (at the size samples of a dynamic
-model); static branches for the smallest sizes of a dynamic model
+model), except that a model with packable constant weights is then tuned first with them,
+data-tiled as its other form; static branches for the smallest sizes of a dynamic model
 where IREE's default build is clearly faster with them; and, without
 data tiling or such branches, the packable constant weights with the dispatches each packing brings
 (`layouts`).
@@ -52,7 +53,12 @@ OTHER_FORM = "model_other_form.mlir"  # the model with one choice the other way 
 T = TypeVar("T")
 
 
-def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
+def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
+                ) -> tuple[ModelForms, list[str]]:
+    """The forms `m` is tuned in, and notes for the report. `packing_first`: whether a
+    model IREE's defaults data-tile may be tuned first with packed weights instead
+    (`_packing_first`); where that form or its data-tiled other form cannot be formed,
+    the forms are chosen again without it, data-tiled first as IREE's defaults chose."""
     opts, tools = state.opts, state.tools
     notes = []
     base = m.dir / "model.mlir"
@@ -112,8 +118,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                 tiling, tiled_flow = data_tiling(state, m, base, base_vmfb, flags)
         except DataTilingHintError as e:
             notes.append(f"Data tiling skipped for {m.name}: {e}")
-    packed_first = bool(tiling and tiling.on and _packing_first(state, m, base, channels_last,
-                                                                wino, pad))
+    packed_first = bool(packing_first and tiling and tiling.on and
+                        _packing_first(state, m, base, channels_last, wino, pad, tiling))
     if packed_first:
         notes.append(f"IREE's default builds of {m.name} take data tiling, but they do not "
                      "show its constant weights packed by mlir-ansor: the form with them is "
@@ -161,6 +167,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
                                         flags=flags)
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
+    if packed_first and not packed:
+        return _data_tiled_first(state, m, "no packed weight changes a dispatch")
     forms = ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
                        tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino)
     if opts.winograd == "auto" and wino is not None and wino.built:
@@ -178,6 +186,8 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
             and tiling.plain_s and tiling.tiled_s):
         with clock.stage("layout/data tiling other form"):
             other = other_form(state, m, forms, DATA_TILING)
+        if isinstance(other, str) and packed_first:
+            return _data_tiled_first(state, m, other)
         if isinstance(other, str):
             notes.append(f"Data tiling of {m.name} decided on IREE's default builds only: "
                          f"{other}")
@@ -189,8 +199,18 @@ def model_forms(state: RunState, m: ModelIn) -> tuple[ModelForms, list[str]]:
     return forms, notes
 
 
+def _data_tiled_first(state: RunState, m: ModelIn, why: str
+                      ) -> tuple[ModelForms, list[str]]:
+    """The forms chosen again, data-tiled first as IREE's defaults chose, where the form
+    with packed weights or its data-tiled other form could not be formed (`why`)."""
+    forms, notes = model_forms(state, m, packing_first=False)
+    return forms, [f"{m.name} not tuned first with packed weights ({why}): data-tiled "
+                   "first, as IREE's default builds chose", *notes]
+
+
 def _packing_first(state: RunState, m: ModelIn, base: Path, channels_last: bool,
-                   wino: WinogradChoice | None, pad: PadFusionChoice | None) -> bool:
+                   wino: WinogradChoice | None, pad: PadFusionChoice | None,
+                   tiling: DataTilingChoice) -> bool:
     """Whether a model that IREE's default builds data-tile is tuned first without data
     tiling, with our packed weights, and data-tiled as its other form: where it has
     packable constant weights and the data-tiled other form can be formed (one static
@@ -204,9 +224,11 @@ def _packing_first(state: RunState, m: ModelIn, base: Path, channels_last: bool,
             or state.runner is not None or (pad is not None and pad.on)
             or (opts.winograd == "auto" and wino is not None and wino.built)):
         return False
-    return bool(find_sites(base.read_text(),
-                           opts.layout_tile or pack_tile(get_target(opts.target)),
-                           convolutions=not (channels_last or (wino and wino.on))))
+    # At least half as many packable weights as data-tiled contractions: not a whole
+    # model's data tiling given up for one small classifier head.
+    sites = find_sites(base.read_text(), opts.layout_tile or pack_tile(get_target(opts.target)),
+                       convolutions=not (channels_last or (wino and wino.on)))
+    return bool(sites) and 2 * len(sites) >= len(tiling.sites)
 
 
 def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:

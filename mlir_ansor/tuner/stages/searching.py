@@ -88,12 +88,16 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
             out[name] = weighted_latency(ws)
             continue
         first, other = dispatch_calls(f.flow), dispatch_calls(f.other.forms.flow)
-        # Packed weights' dispatches (not in either flow) are the first form's alone.
-        first.update({k: n for k, n in ws.items() if k not in first and k not in other})
         unknown = {k for k in tunable if not state.defaults.get(k)}
-        apart = {k: n for k, n in first.items() if k in unknown}
-        apart.update({k: max(n, apart.get(k, 0)) for k, n in other.items() if k in unknown})
         pick = lambda c: {k: n for k, n in c.items() if k in tunable and k not in unknown}
+        # Packed weights' dispatches (in neither flow) are the first form's alone; per site
+        # the faster of its plain and its packed dispatches counts (the hand-back's choice).
+        packed = {k: n for k, n in ws.items() if k not in first and k not in other}
+        choices = [(pick(dict(alt.removed)), pick(dict(alt.added)))
+                   for alt in f.alternatives]
+        replaced = {k for plain, _ in choices for k in plain}
+        apart = {k: n for k, n in {**first, **packed}.items() if k in unknown}
+        apart.update({k: max(n, apart.get(k, 0)) for k, n in other.items() if k in unknown})
         a, b = pick(first), pick(other)
         fixed, scale = (0.0, 0.0), 1.0
         if f.other.default_s is not None and not unknown & (first.keys() | other.keys()):
@@ -104,6 +108,7 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
             # a difference, that 5.3 ms was time the form would keep whatever its tasks
             # ran at; removed from both forms as common, it left the data-tiled form at a
             # third of its 7.9 ms, and the other form got no trial after its first.)
+            # (The first form's own flow: what IREE's default build of it ran.)
             sums = [sum(n * state.defaults[k] for k, n in c.items()) for c in (a, b)]
             e2e = f.other.default_s
             if any(sums) and all(e2e):  # (a form may leave everything to IREE)
@@ -111,7 +116,8 @@ def model_latencies(state: RunState) -> dict[str, Latency]:
                 scale = e2e[ref] / sums[ref]
                 fixed = (max(0.0, e2e[0] - scale * sums[0]),
                          max(0.0, e2e[1] - scale * sums[1]))
-        out[name] = _plus(faster_form(a, b, fixed=fixed, scale=scale),
+        a = {k: n for k, n in a.items() if k not in replaced}
+        out[name] = _plus(faster_form(a, b, fixed=fixed, scale=scale, first_choices=choices),
                           weighted_latency(apart))
     return out
 
