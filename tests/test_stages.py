@@ -112,7 +112,8 @@ def _one_static_model(tmp_path):
     state = SimpleNamespace(opts=SimpleNamespace(target="llvm-cpu", e2e_rounds=2,
                                                  min_speedup=1.03),
                             runner=None, tools=SimpleNamespace(emulated=False), cfg=None,
-                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None)
+                            forms={"m": SimpleNamespace(flags=())}, report=lambda note: None,
+                            out=tmp_path)
     m = SimpleNamespace(name="m", dir=tmp_path, dynamic=None, model=None, inputs=(),
                         baseline_dir=tmp_path / "baseline")
     return state, m
@@ -170,6 +171,9 @@ def test_a_strategy_iree_names_in_its_error_is_dropped_without_bisection(tmp_pat
     assert hb.model_e2e(state, ex, m, repairs=1) == "built"
     assert len(builds) == 2 and ex.dropped == {"t3": "failed to compile inside the model: "
                                                      "default kept"}
+    # The whole error is kept in the run folder (the report's note has its start).
+    log = (tmp_path / hb.LIBRARY_FAILURES).read_text()
+    assert "dropping ['t3']" in log and "iree-compile failed" in log, log
 
 
 def test_a_form_iree_cannot_build_alone_blames_no_strategy(tmp_path, monkeypatch):

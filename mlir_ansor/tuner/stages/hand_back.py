@@ -39,6 +39,7 @@ from mlir_ansor.tuner.torch_ops import torch_counterpart, torch_op_seconds
 T = TypeVar("T")
 LIBRARY = "tuned_library.mlir"
 REJECTED_LIBRARY = "tuned_library.rejected.mlir"
+LIBRARY_FAILURES = "library_failures.log"  # in the run folder: each failed library build
 # Torch's op per task: short repetitions (about 1 s a task), rounds interleaved.
 TORCH_OP_TIMING = MeasureConfig(repetitions=3, min_time_s=0.02, warmup_s=0.05)
 
@@ -374,8 +375,12 @@ def model_e2e(state: RunState, ex: _Export, m: ModelIn,
                 drop = {culprit.task_id} if culprit else {e.task_id for e in mine}
                 why = ("failed inside the model: default kept" if culprit else
                        "failed inside the model together with others: default kept")
-            state.report(Note(f"the library failed on {m.name} ({str(err)[:200]}); exporting "
-                              f"again without {sorted(drop)}"))
+            # The whole error, for a look later (the note keeps its start; a form that
+            # loses may leave no folder behind).
+            with (state.out / LIBRARY_FAILURES).open("a") as log:
+                log.write(f"--- {m.name} ({m.dir.name}), dropping {sorted(drop)}:\n{err}\n")
+            state.report(Note(f"the library failed on {m.name} ({str(err)[:200]}; in full in "
+                              f"{LIBRARY_FAILURES}); exporting again without {sorted(drop)}"))
             ex.drop(m, drop, why)
     raise CompileError(f"the tuned library still fails on {m.name} after dropping "
                        f"{sorted(ex.dropped)}")
