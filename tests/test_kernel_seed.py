@@ -52,7 +52,8 @@ def test_panels_of_a_packed_weight_are_the_register_tile_s_vectors():
 
     op = root(ops_of(PANEL_MATMUL))
     assert panel_loop(op) == 1
-    assert panel_loop(root(ops_of(MATMUL))) is None and panel_loop(root(ops_of(WIDE_MATMUL))) is None
+    assert panel_loop(root(ops_of(MATMUL))) is None
+    assert panel_loop(root(ops_of(WIDE_MATMUL))) is None
     reg = register_tile(op, X86_AVX512)
     assert reg == {2: 16, 1: 3, 0: 8}
     wg = workgroup_tile(op, reg, 16, X86_AVX512.l2_bytes)
