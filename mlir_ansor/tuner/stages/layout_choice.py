@@ -156,15 +156,9 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
                      "not combined with IREE's pad fusion")
     elif relayout:
         try:
-            # Not the convs of a channels-last model: packing them doubled ResNet-50's
-            # tasks (33 -> 72) and, at 600 trials, ended at 80.0 ms against 54.3 ms
-            # without (IREE's default 232.3 ms in both runs).
+            tile, convs = _packing(state, channels_last, wino)
             alts, packed = alternatives(base.read_text(), flow, m.dir, opts.target, tools,
-                                        FLOW_TIMEOUT_S,
-                                        opts.layout_tile or pack_tile(get_target(opts.target)),
-                                        convolutions=not (channels_last or
-                                                          (wino and wino.on)),
-                                        flags=flags)
+                                        FLOW_TIMEOUT_S, tile, convolutions=convs, flags=flags)
         except LayoutRewriteError as e:  # tuned in its own layout; the report says why
             notes.append(f"Layout rewrite skipped for {m.name}: {e}")
     if packed_first and not packed:
@@ -220,15 +214,37 @@ def _packing_first(state: RunState, m: ModelIn, base: Path, channels_last: bool,
     defaults dropped is tuned without packed weights and lost (8.83 ms, 0.85x torch), where
     tuned with them it ran 6.65 ms (1.14x; Xeon VM, 2026-11-29)."""
     opts = state.opts
-    if (opts.data_tiling != "auto" or m.dynamic is not None or not state.single
-            or state.runner is not None or (pad is not None and pad.on)
+    if (opts.data_tiling != "auto" or no_other_form(state, m) is not None
+            or (pad is not None and pad.on)
             or (opts.winograd == "auto" and wino is not None and wino.built)):
         return False
     # At least half as many packable weights as data-tiled contractions: not a whole
     # model's data tiling given up for one small classifier head.
-    sites = find_sites(base.read_text(), opts.layout_tile or pack_tile(get_target(opts.target)),
-                       convolutions=not (channels_last or (wino and wino.on)))
+    tile, convs = _packing(state, channels_last, wino)
+    sites = find_sites(base.read_text(), tile, convolutions=convs)
     return bool(sites) and 2 * len(sites) >= len(tiling.sites)
+
+
+def _packing(state: RunState, channels_last: bool, wino: WinogradChoice | None
+             ) -> tuple[int, bool]:
+    """The packed weights' panel width, and whether convolutions' weights are packed too:
+    not the convs of a channels-last model (packing them doubled ResNet-50's tasks, 33 ->
+    72, and at 600 trials it ended at 80.0 ms against 54.3 ms without; IREE's default
+    232.3 ms in both runs), nor of one with Winograd."""
+    opts = state.opts
+    return (opts.layout_tile or pack_tile(get_target(opts.target)),
+            not (channels_last or (wino and wino.on)))
+
+
+def no_other_form(state: RunState, m: ModelIn) -> str | None:
+    """Why `m` cannot be tuned in two forms (None where it can)."""
+    if m.dynamic is not None:
+        return "a dynamic model is tuned in one form"
+    if not state.single:
+        return "several models are tuned in one form each"
+    if state.runner is not None:
+        return "the tuned forms are not timed end to end on this machine"
+    return None
 
 
 def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:
@@ -261,12 +277,9 @@ def other_form(state: RunState, m: ModelIn, f: ModelForms, flips: str) -> OtherF
     24). Why there is none, where there is none."""
     if flips not in FLIPS:
         raise ValueError(f"no other form flips {flips!r}: one of {FLIPS}")
-    if m.dynamic is not None:
-        return "a dynamic model is tuned in one form"
-    if not state.single:
-        return "several models are tuned in one form each"
-    if state.runner is not None:
-        return "the tuned forms are not timed end to end on this machine"
+    why_not = no_other_form(state, m)
+    if why_not is not None:
+        return why_not
     base, text = m.dir / OTHER_FORM, (m.dir / "model.mlir").read_text()
     try:
         # Without packed weights: their sites are positions among the linalg ops, which
