@@ -86,6 +86,18 @@ def test_a_site_is_packed_only_where_its_dispatches_run_faster():
     assert choose_sites([alt], lat.get, 1.03) == []
 
 
+def test_an_unchosen_site_is_reported_at_the_times_it_lost_on():
+    """A packed task that beat IREE's default is in no library when its site lost: what
+    runs is the default, but the site table shows the time the site was chosen on."""
+    from mlir_ansor.tuner.stages.state import HandBack
+    hb = HandBack(timed={"packed": (6.0, 0.8), "plain": (1.0, 0.9)}, entries=(),
+                  entry_key={"t1": "plain"}, sites={}, present={}, library=None, e2e={},
+                  dropped={}, wins={}, winners=frozenset({"packed", "plain"}))
+    assert hb.runs_s({})("packed") == 6.0 and hb.decided_s({})("packed") == 0.8
+    assert hb.runs_s({})("plain") == hb.decided_s({})("plain") == 0.9
+    assert hb.decided_s({"bias": 0.1})("bias") == 0.1  # never re-timed: as first measured
+
+
 def test_scheduler_start_of_a_packed_task_is_capped_by_what_it_replaces():
     alt = Alternative((SITE,), removed=(("plain", 2),), added=(("packed", 2),))
     assert initial_latency([alt], {"plain": 1.0, "packed": 9.0}) == {"packed": 1.0}

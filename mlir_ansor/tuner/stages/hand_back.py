@@ -738,5 +738,6 @@ def hand_back(state: RunState) -> RunState:
         library = state.models[0].dir / LIBRARY
     hb = HandBack(timed, tuple(kept), {e.task_id: ex.entry_key[e.task_id] for e in kept},
                   dict(ex.sites), dict(ex.present), library, e2es, dict(ex.dropped), wins,
-                  dict(plans), torch, rejected, compared, changed, withheld)
+                  dict(plans), torch, rejected, compared, changed, withheld,
+                  winners=frozenset(winners))
     return replace(state, handback=hb)

@@ -134,7 +134,8 @@ def layout_parts(state: RunState) -> list[str]:
     hb, parts = state.handback, []
     ids = {t.key: t.task_id for t in state.tasks}
 
-    runs_s = hb.runs_s(state.defaults)
+    # (an unchosen site's packed tasks are in no library: the times it lost on)
+    runs_s = hb.decided_s(state.defaults)
 
     def cost(pairs) -> float | None:
         ms = [runs_s(k) for k, _ in pairs]
@@ -151,8 +152,9 @@ def layout_parts(state: RunState) -> list[str]:
                           "yes" if a.sites[0] in hb.sites[name] else "no"]
                          + ([] if state.single else [name]))
     if lrows:
-        parts.append("Layout rewrite of constant weights (what runs per site: tuned where it "
-                     "won, else IREE's default; packed sites are in model_tuned.mlir):\n" +
+        parts.append("Layout rewrite of constant weights (per site, the times it was chosen "
+                     "on: each task's re-timed best where it beat IREE's default, else the "
+                     "default; packed sites are in model_tuned.mlir):\n" +
                      table(["sites", "op", "plain tasks", "packed tasks", "plain ms",
                             "packed ms", "speedup", "packed"]
                            + ([] if state.single else ["model"]), lrows))

@@ -195,10 +195,19 @@ class HandBack:
     # task ids whose proxy-ranked (unmeasured) strategy was not handed back for want of
     # --allow-unmeasured
     withheld: tuple[str, ...] = ()
+    # task keys whose re-timed best beat IREE's default: what the packed sites were
+    # chosen on, a task of an unchosen site included
+    winners: frozenset[str] = frozenset()
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
         """What runs for each task in the handed-back models (`what_runs`)."""
         return what_runs(self.timed, set(self.entry_key.values()), defaults)
+
+    def decided_s(self, defaults: Mapping[str, float | None]
+                  ) -> Callable[[str], float | None]:
+        """Per task, the time the packed sites were chosen on (`what_runs` over every
+        winner, handed back or not)."""
+        return what_runs(self.timed, self.winners, defaults)
 
 
 @dataclass(frozen=True)
