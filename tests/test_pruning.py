@@ -35,9 +35,10 @@ def test_each_rule_flags_what_it_names():
         assert ("idle-cores" in names) == (n.workgroups < 2)
         assert ("r1-over-l1" in names) == (n.bytes["r1"] > TWO_CORES.l1d_bytes)
         assert ("s2-over-l2" in names) == (n.bytes["s2"] > TWO_CORES.l2_bytes)
+        assert ("odd-vector-row" in names) == (n.lanes in (24, 40, 48, 56))
         # 64x48 output: up to 14 accumulators fit AVX2's 16 registers; under 4 is flagged.
         assert ("small-register-tile" in names) == (n.reg_tile < 4 * 8)
-    assert {"vector-not-filled", "idle-cores", "small-register-tile"} <= seen
+    assert {"vector-not-filled", "idle-cores", "small-register-tile", "odd-vector-row"} <= seen
     # The same programs judged for a machine with a tiny L1 and one core.
     small = replace(TWO_CORES, l1d_bytes=1024, cores=1)
     assert any("r1-over-l1" in flagged(ops, p, small) for p in progs)
