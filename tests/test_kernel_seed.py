@@ -1,5 +1,6 @@
 """Micro-kernel seeds: the register tile the target's registers admit, the workgroups per
 core, and valid programs of the task's own sketches."""
+import math
 from dataclasses import replace
 
 from mlir_ansor.sketch_passes.annotation import violations
@@ -150,3 +151,41 @@ def test_one_seed_packs_the_panel_the_register_tile_rows_share():
     seeds = kernel_seed_programs(ops, make_task(ops).sketches, AVX2)
     packs = [[s.operand for s in p.steps if isinstance(s, PackStep)] for p in seeds]
     assert [1] in packs and [] in packs  # operand 1: B (k x n), indexed by the lanes' loop
+
+
+def test_one_seed_blocks_register_tiles_over_an_l1_sized_reduction_chunk():
+    """A seed whose S1 tile is the workgroup's block of register tiles, so they share
+    each reduction chunk in cache, with chunks whose slices under one register tile fit
+    half of L1 (the 1024^3 matmul: 22.8-25.8 ms with one register tile per S1, 8.1-8.7
+    blocked)."""
+    from mlir_ansor.sketch_passes.loops import footprint
+    from mlir_ansor.sketch_passes.program import SplitStep
+
+    big = mul_add_generic("1024x1024", "1024x1024", "1024x1024", "m, n, k",
+                          ("m, k", "k, n", "m, n"), "parallel, parallel, reduction")
+    ops = ops_of(big)
+    mm = root(ops)
+    seeds = kernel_seed_programs(ops, make_task(ops).sketches, X86_AVX512)
+
+    def lengths(p):
+        return {s.loop: s.lengths for s in p.steps if isinstance(s, SplitStep)}
+
+    blocked = [p for p in seeds if lengths(p)[0][1] > 1 or lengths(p)[1][1] > 1]
+    assert blocked and all(violations(ops, p, target=X86_AVX512) == [] for p in seeds)
+    # Without a local accumulator tile (no cache write) the whole workgroup is one block.
+    (whole,) = [p for p in blocked if not p.sketch.local_tile]
+    split = lengths(whole)
+    (one,) = [p for p in seeds if p.sketch == whole.sketch and p not in blocked
+              and not any(type(s).__name__ == "PackStep" for s in p.steps)]
+    plain = lengths(one)
+    for l in (0, 1):  # the same register and workgroup tiles
+        assert split[l][2] == plain[l][2] and split[l][0] == 1
+        assert split[l][1] * split[l][2] == math.prod(plain[l])
+    chunk = split[2][0]
+    inputs = [o for o in mm.operands if not o.is_output]
+
+    def under_one_tile(k):
+        tile = {0: split[0][2], 1: split[1][2], 2: k}
+        return sum(footprint(o, tile) * 4 for o in inputs)
+
+    assert under_one_tile(chunk) <= X86_AVX512.l1d_bytes // 2 < under_one_tile(2 * chunk)

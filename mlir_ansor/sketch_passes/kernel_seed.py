@@ -2,7 +2,9 @@
 pick: per sketch with a multi-level-tiled root, an outer-product register tile (rows of
 one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim)
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
-in about WORKGROUPS_PER_CORE workgroups per core. A task's first batch measures them (on
+in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
+(`_blocked`) a block of them sharing an L1-sized reduction chunk. A task's first batch
+measures them (on
 by default; `--no-kernel-seeds` turns them off); evolution mutates from there. A
 hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster than what 48-96
 trials of search had found (results.md).
@@ -18,8 +20,8 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
                                                  inner_limit, most_rows, pack_candidates,
                                                  packs_fit, peel_candidates, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
-from mlir_ansor.sketch_passes.loops import (divisors, lane_loop, op_by_name, panel_loop,
-                                            reuse_rows, window_loops)
+from mlir_ansor.sketch_passes.loops import (divisors, footprint, lane_loop, op_by_name,
+                                            panel_loop, reuse_rows, window_loops)
 from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, PeelStep, Program,
                                               SplitStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -190,10 +192,52 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
             packed = q and _packed(ops, sk, root, q, target)
             if packed is not None:
                 break
-        for q in (packed, plain):
+        for q in (packed, plain, plain and _blocked(ops, root, plain, target)):
             if q is not None and q not in out:
                 out.append(q)
     return out
+
+
+def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
+             target: Target) -> Program | None:
+    """`prog` with its S1 tile a block of register tiles, the largest within the workgroup
+    tile that the rules allow (a fused consumer's tile is a local buffer), so that they
+    read the same reduction chunk (R0) while it is in cache, and the plain reduction
+    loops cut into the largest chunks whose slices under one register tile fit half of
+    L1 (a BLAS kernel's blocking). On the 1024^3 matmul the seed with one register tile
+    per S1 ran 22.8-25.8 ms: each 4 x 64 tile swept all of k, re-reading a 256 KB panel
+    of B from L2; with S1 the whole 256 x 256 workgroup and k chunks of 32 / 64 / 128 /
+    256, 9.3 / 8.1-8.7 / 8.7-8.9 / 8.7 ms (the search's best after 200 trials 7.9-8.3).
+    None where no block forms or a rule breaks."""
+    splits = {st.loop: st for st in prog.steps
+              if isinstance(st, SplitStep) and st.op == root.name
+              and st.loop in root.parallel_dims and len(st.lengths) == 3}
+    grow = {l: st for l, st in splits.items() if st.lengths[1] == 1 and st.lengths[0] > 1}
+    if not grow:
+        return None
+    window = window_loops(root) or set()
+    plain = [l for l in root.reduction_dims if l not in window]
+    tile = {**{l: st.lengths[2] for l, st in splits.items()}, **{l: 1 for l in window}}
+    inputs = [o for o in root.operands if not o.is_output]
+    most = next((c for c in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
+                             REDUCTION_CHUNK // 8)
+                 if sum(footprint(o, {**tile, **{l: min(c, root.extents[l]) for l in plain}})
+                        * o.elem_bytes for o in inputs) <= target.l1d_bytes // 2),
+                REDUCTION_CHUNK // 8)
+    # Register tiles per S1 along each loop: the largest block first.
+    blocks = [{}]
+    for l, st in grow.items():
+        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0]) if d > 1]
+    blocks.sort(key=lambda b: -math.prod(b.values()))
+    for b in blocks:
+        steps = tuple(replace(st, lengths=(st.lengths[0] // b[st.loop], b[st.loop],
+                                           st.lengths[2]))
+                      if isinstance(st, SplitStep) and st.op == root.name and st.loop in b
+                      else st for st in prog.steps)
+        out = _chunked(ops, root, Program(prog.sketch, steps), target, most)
+        if out is not None:
+            return out
+    return None
 
 
 def _peeled_rows(ops: Sequence[OpInfo], root: OpInfo, prog: Program, row: int, rows: int,
