@@ -156,10 +156,12 @@ def test_one_seed_packs_the_panel_the_register_tile_rows_share():
 def test_one_seed_blocks_register_tiles_over_an_l1_sized_reduction_chunk():
     """A seed whose S1 tile is the workgroup's block of register tiles, so they share
     each reduction chunk in cache, with chunks whose slices under one register tile fit
-    half of L1 (the 1024^3 matmul: 22.8-25.8 ms with one register tile per S1, 8.1-8.7
-    blocked)."""
+    half of L1 (the 1024^3 matmul on a 48 KiB L1: 22.8-25.8 ms with one register tile per
+    S1, 8.1-8.7 blocked with chunks of 64; this target's 32 KiB L1 takes 32). A 3x3 conv
+    whose seed reads whole windows per chunk has none: 9 x 64 weights per input channel
+    fit no chunk of 32 or more."""
     from mlir_ansor.sketch_passes.loops import footprint
-    from mlir_ansor.sketch_passes.program import SplitStep
+    from mlir_ansor.sketch_passes.program import PackStep, SplitStep
 
     big = mul_add_generic("1024x1024", "1024x1024", "1024x1024", "m, n, k",
                           ("m, k", "k, n", "m, n"), "parallel, parallel, reduction")
@@ -176,7 +178,7 @@ def test_one_seed_blocks_register_tiles_over_an_l1_sized_reduction_chunk():
     (whole,) = [p for p in blocked if not p.sketch.local_tile]
     split = lengths(whole)
     (one,) = [p for p in seeds if p.sketch == whole.sketch and p not in blocked
-              and not any(type(s).__name__ == "PackStep" for s in p.steps)]
+              and not any(isinstance(s, PackStep) for s in p.steps)]
     plain = lengths(one)
     for l in (0, 1):  # the same register and workgroup tiles
         assert split[l][2] == plain[l][2] and split[l][0] == 1
@@ -189,3 +191,12 @@ def test_one_seed_blocks_register_tiles_over_an_l1_sized_reduction_chunk():
         return sum(footprint(o, tile) * 4 for o in inputs)
 
     assert under_one_tile(chunk) <= X86_AVX512.l1d_bytes // 2 < under_one_tile(2 * chunk)
+
+    conv = ops_of(mul_add_generic(
+        "1x58x58x64", "3x3x64x64", "1x56x56x64", "n, h, w, co, kh, kw, ci",
+        ("n, h + kh, w + kw, ci", "kh, kw, ci, co", "n, h, w, co"),
+        "parallel, parallel, parallel, parallel, reduction, reduction, reduction"))
+    conv_seeds = kernel_seed_programs(conv, make_task(conv).sketches, X86_AVX512)
+    assert conv_seeds and all(lengths(p)[4] == (3,) for p in conv_seeds)  # whole windows
+    assert not [p for p in conv_seeds if any(len(v) == 3 and v[1] > 1
+                                             for v in lengths(p).values())]

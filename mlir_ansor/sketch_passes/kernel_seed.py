@@ -20,7 +20,8 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
                                                  packs_fit, peel_candidates, violations)
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
 from mlir_ansor.sketch_passes.loops import (divisors, footprint, lane_loop, op_by_name,
-                                            panel_loop, reuse_rows, window_loops)
+                                            panel_loop, reduction_tile, reuse_rows,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, PeelStep, Program,
                                               SplitStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -197,45 +198,51 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
     return out
 
 
+BLOCKS_TRIED = 64  # S1 blocks checked against the rules, largest first
+
+
 def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
              target: Target) -> Program | None:
     """`prog` with its S1 tile a block of register tiles, the largest within the workgroup
     tile that the rules allow (a fused consumer's tile is a local buffer), so that they
     read the same reduction chunk (R0) while it is in cache, and the plain reduction
-    loops cut into the largest chunks whose slices under one register tile fit half of
-    L1 (a BLAS kernel's blocking). On the 1024^3 matmul the seed with one register tile
-    per S1 ran 22.8-25.8 ms: each 4 x 64 tile swept all of k, re-reading a 256 KB panel
-    of B from L2; with S1 the whole 256 x 256 workgroup and k chunks of 32 / 64 / 128 /
-    256, 9.3 / 8.1-8.7 / 8.7-8.9 / 8.7 ms (the search's best after 200 trials 7.9-8.3).
-    None where no block forms or a rule breaks."""
+    loops cut into the largest chunks (of 256 down to 32) whose slices under one register
+    tile fit half of L1 (a BLAS kernel's blocking). On the 1024^3 matmul the seed with one
+    register tile per S1 ran 22.8-25.8 ms: each 4 x 64 tile swept all of k, re-reading a
+    256 KB panel of B from L2; with S1 the whole 256 x 256 workgroup and k chunks of 32 /
+    64 / 128 / 256, 9.3 / 8.1-8.7 / 8.7-8.9 / 8.7 ms on a 48 KiB L1 (the search's best
+    after 200 trials 7.9-8.3). None where no block forms, no chunk fits or a rule breaks."""
     splits = {st.loop: st for st in prog.steps
               if isinstance(st, SplitStep) and st.op == root.name
               and st.loop in root.parallel_dims and len(st.lengths) == 3}
     grow = {l: st for l, st in splits.items() if st.lengths[1] == 1 and st.lengths[0] > 1}
     if not grow:
         return None
-    window = window_loops(root) or set()
-    plain = [l for l in root.reduction_dims if l not in window]
-    tile = {**{l: st.lengths[2] for l, st in splits.items()}, **{l: 1 for l in window}}
     inputs = [o for o in root.operands if not o.is_output]
-    most = next((c for c in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
-                             REDUCTION_CHUNK // 8)
-                 if sum(footprint(o, {**tile, **{l: min(c, root.extents[l]) for l in plain}})
-                        * o.elem_bytes for o in inputs) <= target.l1d_bytes // 2),
-                REDUCTION_CHUNK // 8)
-    # Register tiles per S1 along each loop: the largest block first.
+
+    def under_one_tile(q: Program) -> int:
+        # The inputs' slices one register tile reads per R0 step (window loops at their
+        # R0 chunk, as the emitter tiles them).
+        tile = {**reduction_tile(root, q), **{l: st.lengths[2] for l, st in splits.items()}}
+        return sum(footprint(o, tile) * o.elem_bytes for o in inputs)
+
+    # Register tiles per S1 along each loop (a loop may stay at one): the largest first.
     blocks = [{}]
     for l, st in grow.items():
-        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0]) if d > 1]
-    blocks.sort(key=lambda b: -math.prod(b.values()))
-    for b in blocks:
+        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0])]
+    blocks = sorted((b for b in blocks if math.prod(b.values()) > 1),
+                    key=lambda b: -math.prod(b.values()))
+    for b in blocks[:BLOCKS_TRIED]:
         steps = tuple(replace(st, lengths=(st.lengths[0] // b[st.loop], b[st.loop],
                                            st.lengths[2]))
                       if isinstance(st, SplitStep) and st.op == root.name and st.loop in b
                       else st for st in prog.steps)
-        out = _chunked(ops, root, Program(prog.sketch, steps), target, most)
-        if out is not None:
-            return out
+        block = Program(prog.sketch, steps)
+        for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
+                      REDUCTION_CHUNK // 8):
+            q = _chunked(ops, root, block, target, chunk)
+            if q is not None and under_one_tile(q) <= target.l1d_bytes // 2:
+                return q
     return None
 
 

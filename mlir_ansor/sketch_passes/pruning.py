@@ -64,10 +64,10 @@ def _small_register_tile(n: RootNest, t: Target) -> bool:
 
 
 def _odd_vector_row(n: RootNest, t: Target) -> bool:
-    # A row of 3 (5, 6, 7) whole vectors is one LLVM vector of no power-of-two length, which
-    # lowered badly where a power-of-two row divides the loop: BERT's 768-wide projection,
-    # 8 rows x 48 lanes 3.0-19.6 ms, x 64 lanes 0.71-0.79 (AVX-512; kernel_seed keeps to
-    # 1, 2 or 4 vectors for the same reason).
+    # A row of whole vectors of no power-of-two count (3, 5, 6, 7, ...) is one LLVM vector
+    # of no power-of-two length, which lowered badly where a power-of-two row divides the
+    # loop: BERT's 768-wide projection, 8 rows x 48 lanes 3.0-19.6 ms, x 64 lanes
+    # 0.71-0.79 (AVX-512; kernel_seed keeps to 1, 2 or 4 vectors for the same reason).
     v, rest = divmod(n.lanes, t.f32_lanes)
     return rest == 0 and v & (v - 1) != 0 and n.lane_extent % t.f32_lanes == 0
 
@@ -90,8 +90,9 @@ RULES: tuple[PruneRule, ...] = (
     PruneRule("small-register-tile", "the register tile holds under a quarter of the "
               "vector registers in accumulators although the loops admit twice that",
               _small_register_tile),
-    PruneRule("odd-vector-row", "the vector tile is a row of 3, 5, 6 or 7 whole vectors "
-              "(no power of two) although one vector divides the loop", _odd_vector_row),
+    PruneRule("odd-vector-row", "the vector tile is a row of whole vectors of no power-of-"
+              "two count (3, 5, 6, 7, ...) although one vector divides the loop",
+              _odd_vector_row),
     PruneRule("r1-over-l1", "the innermost reduction loop's working set exceeds L1",
               _r1_over_l1),
     PruneRule("s2-over-l2", "the register-tile loops' working set exceeds L2", _s2_over_l2),

@@ -195,8 +195,9 @@ class HandBack:
     # task ids whose proxy-ranked (unmeasured) strategy was not handed back for want of
     # --allow-unmeasured
     withheld: tuple[str, ...] = ()
-    # task keys whose re-timed best beat IREE's default: what the packed sites were
-    # chosen on, a task of an unchosen site included
+    # task keys whose re-timed best beat IREE's default by --min-speedup: what the packed
+    # sites were chosen on, a task of an unchosen site included (none where unmeasured
+    # strategies were withheld)
     winners: frozenset[str] = frozenset()
 
     def runs_s(self, defaults: Mapping[str, float | None]) -> Callable[[str], float | None]:
