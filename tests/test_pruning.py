@@ -116,3 +116,18 @@ def test_a_depthwise_conv_has_no_outer_product_to_grow():
             assert n.row_room == 1
             assert "small-register-tile" not in flagged(ops, p, TWO_CORES)
     assert nests > 50
+
+
+def test_a_larger_tile_only_of_three_vector_rows_does_not_make_a_small_one():
+    """small-register-tile asks for tiles the loops admit; rows of 3 vectors are demoted
+    themselves (odd-vector-row), so they do not count: 48 lanes x 6 rows admit 18
+    accumulators in 3-vector rows but 12 in 2-vector rows, under twice a quarter of
+    AVX-512's 32 registers."""
+    from mlir_ansor.targets import X86_AVX512
+    from mlir_ansor.tuner.features import RootNest
+    from mlir_ansor.sketch_passes.pruning import _small_register_tile
+
+    nest = RootNest(lanes=16, lane_extent=48, workgroups=8, parallel_iterations=1 << 20,
+                    reg_tile=16 * 2, bytes={}, row_room=6)
+    assert not _small_register_tile(nest, X86_AVX512)
+    assert _small_register_tile(replace(nest, lane_extent=64), X86_AVX512)  # 4 x 6 = 24

@@ -46,9 +46,10 @@ def _idle_cores(n: RootNest, t: Target) -> bool:
 def _most_accumulators(n: RootNest, t: Target) -> int:
     # The largest outer-product register tile, in vectors, that the loops and the register
     # file admit: rows x v accumulators, v row vectors and a broadcast (AnnotationLimits).
+    # Rows of a power-of-two count of vectors only (`_odd_vector_row`).
     vectors = 1 if n.one_vector else min(-(-n.lane_extent // t.f32_lanes), VECTORS_PER_ROW)
     return max(v * min(n.row_room, most_rows(v, t.vector_registers))
-               for v in range(1, vectors + 1))
+               for v in range(1, vectors + 1) if v & (v - 1) == 0)
 
 
 def _small_register_tile(n: RootNest, t: Target) -> bool:
