@@ -233,11 +233,8 @@ def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
     blocks = sorted((b for b in blocks if math.prod(b.values()) > 1),
                     key=lambda b: -math.prod(b.values()))
     for b in blocks[:BLOCKS_TRIED]:
-        steps = tuple(replace(st, lengths=(st.lengths[0] // b[st.loop], b[st.loop],
-                                           st.lengths[2]))
-                      if isinstance(st, SplitStep) and st.op == root.name and st.loop in b
-                      else st for st in prog.steps)
-        block = Program(prog.sketch, steps)
+        block = _resplit(prog, root, {l: (grow[l].lengths[0] // d, d, grow[l].lengths[2])
+                                      for l, d in b.items()})
         for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
                       REDUCTION_CHUNK // 8):
             q = _chunked(ops, root, block, target, chunk)
@@ -293,14 +290,20 @@ def _chunked(ops: Sequence[OpInfo], root: OpInfo, prog: Program, target: Target,
     """`prog` with each plain reduction loop of the root cut into R0 chunks of at most
     `most` elements (seed_program leaves the loop whole); None if that breaks a rule."""
     window = window_loops(root) or set()
-    steps = []
-    for st in prog.steps:
-        if (isinstance(st, SplitStep) and st.op == root.name and st.loop in root.reduction_dims
-                and st.loop not in window and len(st.lengths) == 2):
+    cut = {}
+    for l in root.reduction_dims:
+        st = prog.split(root.name, l)
+        if l not in window and st is not None and len(st.lengths) == 2:
             v = st.lengths[1]
-            chunk = max(d for d in divisors(root.extents[st.loop])
-                        if d <= max(most, v) and d % v == 0)
-            st = replace(st, lengths=(chunk, v))
-        steps.append(st)
-    out = Program(prog.sketch, tuple(steps))
+            cut[l] = (max(d for d in divisors(root.extents[l])
+                          if d <= max(most, v) and d % v == 0), v)
+    out = _resplit(prog, root, cut)
     return None if violations(ops, out, target=target) else out
+
+
+def _resplit(prog: Program, root: OpInfo, lengths: dict[int, tuple[int, ...]]) -> Program:
+    """`prog` with the root's split of each loop in `lengths` given those lengths."""
+    return Program(prog.sketch, tuple(
+        replace(st, lengths=lengths[st.loop])
+        if isinstance(st, SplitStep) and st.op == root.name and st.loop in lengths else st
+        for st in prog.steps))
