@@ -151,6 +151,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "propagating them into the contractions (which then read the weight "
                         "across their vector lanes): auto where that leaves fewer such "
                         "reads (default), on, off (llvm-cpu)")
+    p.add_argument("--propagate-transposes", choices=["auto", "on", "off"], default="auto",
+                   help="IREE propagates activations' transposes into the contractions that "
+                        "read them (which become generics) instead of forming dispatches of "
+                        "their own: auto where that forms fewer dispatches and IREE's default "
+                        "build is not slower with it (default), on, off (llvm-cpu; not with "
+                        "folded weight transposes)")
     p.add_argument("--winograd", choices=["auto", "on", "off"], default="auto",
                    help="3x3 stride-1 f32 convolutions by Winograd F(6x6, 3x3), written "
                         "out in linalg (about 5x fewer multiplications; its transforms and "
@@ -232,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             layout_rewrite=not args.no_layout_rewrite, iree_seeds=args.iree_seeds,
             kernel_seeds=args.kernel_seeds, data_tiling=args.data_tiling,
             io_layout=args.io_layout, pad_fusion=args.pad_fusion,
-            fold_transposes=args.fold_transposes, winograd=args.winograd,
+            fold_transposes=args.fold_transposes,
+            propagate_transposes=args.propagate_transposes, winograd=args.winograd,
             small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, search_minutes=args.search_minutes,

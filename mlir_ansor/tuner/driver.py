@@ -94,6 +94,12 @@ class TuneOptions:
     # their vector lanes (tuner/layouts.py: decide_fold_transposes); "on" wherever it
     # changes the dispatches; "off" leaves IREE's default.
     fold_transposes: str = "auto"
+    # IREE's aggressive transpose propagation (llvm-cpu; where weights' transposes are not
+    # folded): activations' transposes become the indexing maps of the contractions that
+    # read them, generics then, instead of dispatches of their own. "auto" where that forms
+    # fewer dispatches and IREE's default build is not slower with it (tuner/layouts.py:
+    # decide_propagation); "on" wherever it forms fewer dispatches; "off" never.
+    propagate_transposes: str = "auto"
     # IREE's Winograd F(6x6, 3x3) for 3x3 stride-1 f32 convolutions (llvm-cpu): "auto"
     # where IREE's default build of the model is clearly faster with it (both timed side by
     # side; the batch matmuls it forms are tuned like any task); "on" wherever it builds and
@@ -167,6 +173,9 @@ class TuneOptions:
             raise UsageError(f"unknown --pad-fusion {self.pad_fusion!r} (auto, on or off)")
         if self.fold_transposes not in ("auto", "on", "off"):
             raise UsageError(f"unknown --fold-transposes {self.fold_transposes!r} "
+                             "(auto, on or off)")
+        if self.propagate_transposes not in ("auto", "on", "off"):
+            raise UsageError(f"unknown --propagate-transposes {self.propagate_transposes!r} "
                              "(auto, on or off)")
         if self.winograd not in ("auto", "on", "off"):
             raise UsageError(f"unknown --winograd {self.winograd!r} (auto, on or off)")

@@ -76,6 +76,12 @@ PAD_FUSION_FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-co
 # [K, N]). Off, the transpose stays on the constant and IREE's constant evaluation folds it
 # at compile time.
 FOLD_TRANSPOSES_FLAGS = ("--iree-global-opt-propagate-transposes=false",)
+# IREE propagates a transpose into a named contraction only where it stays a named op;
+# aggressively, also where the contraction becomes a generic with permuted maps. An
+# activation's transpose that feeds a batch matmul (attention's heads split off the
+# sequence) is then the contraction's indexing map instead of a dispatch of its own: a BERT
+# layer forms 12 dispatches instead of 14, the TBS-b1 operator 2 instead of 4.
+PROPAGATE_TRANSPOSES_FLAGS = ("--iree-opt-aggressively-propagate-transposes",)
 
 
 @dataclass(frozen=True)
@@ -96,11 +102,14 @@ class ModelLayout:
     # the 3x3 convolutions computed by Winograd (dialect_helpers/winograd.py sites;
     # positions in the model after the activation layout)
     winograd_sites: tuple[int, ...] = ()
+    # activations' transposes propagated into contractions that become generics
+    propagate_transposes: bool = False
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags every build of the model in this layout needs."""
         return ((FOLD_TRANSPOSES_FLAGS if self.fold_transposes else ())
+                + (PROPAGATE_TRANSPOSES_FLAGS if self.propagate_transposes else ())
                 + (PAD_FUSION_FLAGS if self.fuse_pads else ())
                 + (DATA_TILING_FLAGS if self.data_tiling else ()))
 
@@ -123,7 +132,7 @@ class ModelLayout:
     def changed(self) -> bool:
         return (self.channels_last or bool(self.sites) or self.data_tiling
                 or self.small_sizes is not None or self.fuse_pads or self.fold_transposes
-                or bool(self.winograd_sites))
+                or bool(self.winograd_sites) or self.propagate_transposes)
 
 
 @dataclass(frozen=True)
@@ -336,6 +345,49 @@ def decide_fold_transposes(plain: Sequence[Task], folded: Sequence[Task], mode: 
 
 
 @dataclass(frozen=True)
+class PropagationChoice:
+    """Whether IREE propagates activations' transposes into the contractions that read
+    them even where those become generics (PROPAGATE_TRANSPOSES_FLAGS); the dispatches of
+    the model without and with (counted with their weights), and IREE's default builds
+    without and with, timed side by side (s)."""
+
+    on: bool
+    why: str = ""
+    dispatches: tuple[int, int] | None = None
+    default_s: tuple[float, float] | None = None
+
+
+# Taken where IREE's default build with it is at most this much slower. Each dispatch it
+# saves costs a tuned module as much as IREE's (25-50 us to bring the second worker in on
+# the 2-core Xeon VM, thirty-sixth session), and IREE's default build shows what the
+# contractions' new strided reads cost (BERT's layer: 13.03 ms both ways; tuned, its
+# attention's dispatches 0.50 -> 0.38 ms).
+PROPAGATION_TOLERANCE = 1.02
+
+
+def decide_propagation(plain: Sequence[Task], propagated: Sequence[Task], mode: str,
+                       default_s: tuple[float, float] | None = None,
+                       tolerance: float = PROPAGATION_TOLERANCE) -> PropagationChoice | None:
+    """Propagate where it forms fewer dispatches (`mode` "on"), or ("auto") where IREE's
+    default build with it (`default_s`: without, with) is also at most `tolerance` times
+    slower. None: "auto" with fewer dispatches, to be timed (`default_s` not given)."""
+    n = (sum(t.weight for t in plain), sum(t.weight for t in propagated))
+    if sorted(t.key for t in plain) == sorted(t.key for t in propagated):
+        return PropagationChoice(False, "no dispatch changes with it", n)
+    if n[1] >= n[0]:
+        return PropagationChoice(False, f"it forms {n[1]} dispatches against {n[0]}", n)
+    if mode == "on":
+        return PropagationChoice(True, "--propagate-transposes on", n, default_s)
+    if default_s is None:
+        return None
+    without, with_it = default_s
+    if with_it > without * tolerance:
+        return PropagationChoice(False, f"IREE's default build with it is "
+                                 f"{with_it / without:.2f}x as slow", n, default_s)
+    return PropagationChoice(True, "", n, default_s)
+
+
+@dataclass(frozen=True)
 class WinogradChoice:
     """Whether 3x3 convolutions are computed by Winograd (dialect_helpers/winograd.py),
     on which sites, and IREE's default build without and with, timed side by side."""
@@ -534,7 +586,8 @@ def save_layout(path: Path, layout: ModelLayout) -> None:
                                                 if layout.small_sizes else None),
                                 "fuse_pads": layout.fuse_pads,
                                 "fold_transposes": layout.fold_transposes,
-                                "winograd_sites": list(layout.winograd_sites)},
+                                "winograd_sites": list(layout.winograd_sites),
+                                "propagate_transposes": layout.propagate_transposes},
                                indent=1))
 
 
@@ -559,6 +612,7 @@ def load_layout(path: Path) -> ModelLayout:
                            tuple(int(i) for i in data.get("data_tiled_sites", ())), small,
                            bool(data.get("fuse_pads", False)),
                            bool(data.get("fold_transposes", False)),
-                           tuple(int(i) for i in data.get("winograd_sites", ())))
+                           tuple(int(i) for i in data.get("winograd_sites", ())),
+                           bool(data.get("propagate_transposes", False)))
     except (ValueError, TypeError, KeyError) as e:
         raise LayoutRewriteError(f"corrupt layout file {path}: {e}") from e

@@ -1,6 +1,9 @@
 """Stage 2: the forms a model is tuned in. llvm-cpu: NCHW convolutions' activations
 channels-last unless IREE's default build of that form is clearly slower (timed side by
-side; always with --io-layout channels-last); pads fused into their consumers' dispatches
+side; always with --io-layout channels-last); constant weights' transposes folded where
+that leaves fewer contractions reading them across their vector lanes, else activations'
+transposes propagated into the contractions where that forms fewer dispatches and IREE's
+default build is not slower with it; pads fused into their consumers' dispatches
 with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
 IREE's default build is clearly faster with it (else tuned as the other form); IREE's data
 tiling where its default build is clearly faster with it (at the size samples of a dynamic
@@ -36,9 +39,11 @@ from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model,
 from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING, DATA_TILING_FLAGS,
                                       FLIPS, WINOGRAD,
                                       FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
+                                      PROPAGATE_TRANSPOSES_FLAGS,
                                       Alternative, DataTilingChoice, ModelLayout,
-                                      PadFusionChoice, TransposeChoice,
-                                      WinogradChoice, decide_fold_transposes, decide_winograd,
+                                      PadFusionChoice, PropagationChoice, TransposeChoice,
+                                      WinogradChoice, decide_fold_transposes,
+                                      decide_propagation, decide_winograd,
                                       weighted_side_by_side,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
@@ -99,6 +104,13 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
             transposes, flow, folded_vmfb = fold_transposes(state, m, base)
         if folded_vmfb is not None:
             flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
+    propagation = None
+    if opts.propagate_transposes != "off" and relayout and not flags:
+        with clock.stage("layout/transposes"):
+            propagation, flow, propagated_vmfb = propagate_transposes(state, m, base,
+                                                                     base_vmfb, flow)
+        if propagated_vmfb is not None:
+            flags, base_vmfb = PROPAGATE_TRANSPOSES_FLAGS, propagated_vmfb
     wino = None
     sites = winograd_sites(base.read_text()) if opts.winograd != "off" and relayout else []
     if sites:
@@ -164,7 +176,8 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
     if packed_first and not packed:
         return _data_tiled_first(state, m, "no packed weight changes a dispatch")
     forms = ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
-                       tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino)
+                       tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino,
+                       propagation=propagation)
     if opts.winograd == "auto" and wino is not None and wino.built:
         with clock.stage("layout/winograd other form"):
             other = other_form(state, m, forms, WINOGRAD)
@@ -363,6 +376,36 @@ def fold_transposes(state: RunState, m: ModelIn, base: Path
         return (replace(choice, on=False, why=f"IREE's build with it: {e}"[:300]),
                 plain_flow, None)
     return choice, folded_flow, vmfb
+
+
+def propagate_transposes(state: RunState, m: ModelIn, base: Path, base_vmfb: Path,
+                         plain_flow: str | None) -> tuple[PropagationChoice, str, Path | None]:
+    """Whether IREE propagates `base`'s activation transposes into the contractions that
+    read them (layouts.decide_propagation: fewer dispatches, and IREE's default builds
+    timed side by side against `base_vmfb` under "auto"), the flow of the form chosen
+    (`plain_flow`: `base`'s, where formed already), and, where propagated, IREE's default
+    build of it, which must match torch on the example (every size sample)."""
+    opts, tools = state.opts, state.tools
+    if plain_flow is None:
+        plain_flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
+    flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, PROPAGATE_TRANSPOSES_FLAGS)
+    plain, propagated = (extract_tasks(f, opts.target) for f in (plain_flow, flow))
+    choice = decide_propagation(plain, propagated, opts.propagate_transposes)
+    if choice is not None and not choice.on:
+        return choice, plain_flow, None
+    vmfb = m.dir / "e2e" / "transposes" / "propagated.vmfb"
+    try:
+        samples = checked_build(state, m, base, vmfb, PROPAGATE_TRANSPOSES_FLAGS)
+    except DefaultModuleError:
+        raise  # IREE's default itself is off at a size: no choice to make
+    except CompileError as e:
+        return (PropagationChoice(False, f"IREE's build with it: {e}"[:300]), plain_flow, None)
+    if choice is None:
+        times = weighted_side_by_side([base_vmfb, vmfb], samples, tools, state.cfg)
+        choice = decide_propagation(plain, propagated, opts.propagate_transposes, times)
+    if not choice.on:
+        return choice, plain_flow, None
+    return choice, flow, vmfb
 
 
 def all_or_groups(sites: Sequence, attempt: Callable[[str, tuple[int, ...]], T | str | None]

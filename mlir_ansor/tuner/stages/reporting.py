@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import replace
 
 from mlir_ansor.tuner.e2e import SIZE_ROUNDS, torch_threads
-from mlir_ansor.tuner.layouts import FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS, form_name
+from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
+                                      PROPAGATE_TRANSPOSES_FLAGS, form_name)
 from mlir_ansor.tuner.mca import CLOCK_HZ
 from mlir_ansor.tuner.peak import measure_peak_gflops
 from mlir_ansor.tuner.records import Record
@@ -195,6 +196,19 @@ def layout_parts(state: RunState) -> list[str]:
                      + ("folded at compile time, every build passes "
                         + " ".join(FOLD_TRANSPOSES_FLAGS) if c.on
                         else f"propagated into the contractions (IREE's default): {c.why}"))
+    for name, f in state.forms.items():
+        c = f.propagation
+        if c is None:
+            continue
+        counts = (f"{c.dispatches[0]} dispatches without, {c.dispatches[1]} with"
+                  if c.dispatches else "")
+        if c.default_s:
+            counts += (f"; IREE's default builds side by side: without "
+                       f"{fmt_ms(c.default_s[0])} ms, with {fmt_ms(c.default_s[1])} ms")
+        parts.append(f"Activation transposes of {name} ({counts}): "
+                     + ("propagated into the contractions that read them, every build passes "
+                        + " ".join(PROPAGATE_TRANSPOSES_FLAGS) if c.on
+                        else f"left to IREE's default propagation: {c.why}"))
     for name, f in state.forms.items():
         w = f.winograd
         if w is None:
@@ -451,6 +465,7 @@ def write_report(state: RunState) -> RunState:
                          "data_tiling_speedups": _speedups(state.forms[m.name].data_tiling),
                          "pad_fusion": state.forms[m.name].fused,
                          "fold_transposes": state.forms[m.name].folded,
+                         "propagate_transposes": state.forms[m.name].propagated,
                          "winograd_sites": list(state.forms[m.name].winograd_sites),
                          # (direct, Winograd): IREE's default builds' seconds, which
                          # chose the form tuned first; both forms tuned, their speedups

@@ -12,7 +12,8 @@ from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
 from mlir_ansor.tuner.layouts import (DATA_TILING, WINOGRAD, ActivationChoice, Alternative,
                                       DataTilingChoice, ModelLayout, PackingChoice,
-                                      PadFusionChoice, SmallSizesChoice, TransposeChoice,
+                                      PadFusionChoice, PropagationChoice, SmallSizesChoice,
+                                      TransposeChoice,
                                       WinogradChoice, form_name)
 from mlir_ansor.tuner.builder import Builder
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
@@ -89,17 +90,20 @@ class ModelForms:
     # Packed weight sites checked end to end against none (None: not checked; the sites
     # are chosen by their tasks' timings).
     packing: PackingChoice | None = None
+    # IREE's aggressive transpose propagation (None: not considered: --propagate-transposes
+    # off, or weights' transposes folded)
+    propagation: PropagationChoice | None = None
 
     def layout(self, sites: tuple[PackSite, ...] = ()) -> ModelLayout:
         """The layout of this form with the packed weight `sites`."""
         return ModelLayout(self.channels_last, sites, self.tiled, self.tiled_sites, self.small,
-                           self.fused, self.folded, self.winograd_sites)
+                           self.fused, self.folded, self.winograd_sites, self.propagated)
 
     @property
     def flags(self) -> tuple[str, ...]:
         """iree-compile flags of every build of this model's tuned form."""
         return ModelLayout(data_tiling=self.tiled, fuse_pads=self.fused,
-                           fold_transposes=self.folded,
+                           fold_transposes=self.folded, propagate_transposes=self.propagated,
                            winograd_sites=self.winograd_sites).flags
 
     @property
@@ -128,6 +132,11 @@ class ModelForms:
     def folded(self) -> bool:
         """Whether IREE folds constant weights' transposes instead of propagating them."""
         return bool(self.transposes and self.transposes.on)
+
+    @property
+    def propagated(self) -> bool:
+        """Whether IREE propagates activations' transposes into contractions as generics."""
+        return bool(self.propagation and self.propagation.on)
 
     @property
     def codegen_flags(self) -> tuple[str, ...]:
