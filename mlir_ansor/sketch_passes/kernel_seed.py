@@ -21,7 +21,7 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
 from mlir_ansor.sketch_passes.loops import (divisors, footprint, lane_loop, op_by_name,
                                             panel_loop, reduction_tile, reuse_rows,
-                                            window_loops)
+                                            transposed_inputs, window_loops)
 from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, PeelStep, Program,
                                               SplitStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -155,8 +155,25 @@ def kernel_levels(op: OpInfo, target: Target, peel_rows: bool = False,
 def reduction_tile_of(op: OpInfo, target: Target) -> int:
     """The seed's innermost reduction tile: REDUCTION_TILE, but 1 over packed panels
     (BERT's packed MLP weights: 8 ran 2.75 ms, 4 2.61, 1 2.03; on a 3x3 conv and a batch
-    matmul 1, 4 and 8 were within 4%)."""
-    return 1 if seed_panel(op, target) is not None else REDUCTION_TILE
+    matmul 1, 4 and 8 were within 4%), and one vector's width where an input is transposed
+    (`transposed_inputs`) and every reduction loop it reads contiguously takes it: each
+    transposed tile is then square, one vector by one vector, which the emitter lowers
+    with the 16x16 shuffle network on AVX-512 (attention scores with the keys' transpose
+    propagated, 12 x 128 x 128 x 64: lanes x reduction 64 x 4 ran 0.33 ms, 16 x 16 0.185;
+    Xeon VM, 2026-11-29)."""
+    if seed_panel(op, target) is not None:
+        return 1
+    if _square_transposes(op, target):
+        return target.f32_lanes
+    return REDUCTION_TILE
+
+
+def _square_transposes(op: OpInfo, target: Target) -> bool:
+    """Whether `op` has transposed inputs whose contiguous reduction loops a tile of one
+    vector's width divides."""
+    ins = transposed_inputs(op)
+    return bool(ins) and all(
+        op.extents[op.operands[i].map_results[-1][0][0]] % target.f32_lanes == 0 for i in ins)
 
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
@@ -173,8 +190,11 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         row = row_loop(root, target)
         peel = row is not None and row in peel_candidates(root, sk, target=target)
         p = None
-        # Peeled rows stay whole in a workgroup: fewer vectors until its local tile fits.
-        for vectors in range(VECTORS_PER_ROW, 0, -1) if peel else (VECTORS_PER_ROW,):
+        # One vector of lanes where the tiles of a transposed input are square
+        # (reduction_tile_of). Peeled rows stay whole in a workgroup: fewer vectors until
+        # its local tile fits.
+        most = 1 if _square_transposes(root, target) else VECTORS_PER_ROW
+        for vectors in range(most, 0, -1) if peel else (most,):
             levels = kernel_levels(root, target, peel, vectors)
             p = None if levels is None else seed_program(ops, sk, levels, target=target)
             if p is not None and peel:

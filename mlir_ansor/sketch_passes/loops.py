@@ -128,6 +128,26 @@ def lane_loop(op: OpInfo) -> int | None:
 
 
 @op_fact
+def transposed_inputs(op: OpInfo) -> tuple[int, ...]:
+    """Operand indices of the inputs the vector lanes' loop indexes whose contiguous dim is
+    a reduction loop (nn.Linear's weight read [n, k]; attention's keys read [j, d] once
+    their transpose is propagated into the scores): each register tile of one is
+    transposed for the outer products."""
+    lane = lane_loop(op)
+    if lane is None:
+        return ()
+    out = []
+    for i, o in enumerate(op.operands):
+        if o.is_output or not o.map_results:
+            continue
+        inner = o.map_results[-1]
+        loops = {d for t in o.map_results for d, _ in t}
+        if len(inner) == 1 and op.iterators[inner[0][0]] == "reduction" and lane in loops:
+            out.append(i)
+    return tuple(out)
+
+
+@op_fact
 def panel_loop(op: OpInfo) -> int | None:
     """The loop that picks the panel of a panel-packed operand (a weight packed to [n / 16,
     k, 16]: its n / 16 loop): parallel, no unit loop, indexing the output's dim just outside

@@ -25,7 +25,7 @@ from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided
 from mlir_ansor.sketch_passes.annotation import whole_row_loops
 from mlir_ansor.sketch_passes.loops import (batch_loops, column_read_loop, footprint_shape,
                                             lane_loop, largest_divisor, op_by_name,
-                                            reduction_tile)
+                                            reduction_tile, transposed_inputs)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -185,18 +185,13 @@ class TilePlan:
 
 def _transposed_tiles(root: OpInfo, plan: "TilePlan") -> list[tuple[int, int]]:
     """(lanes, reduction) register tiles of inputs read along a reduction loop but used
-    along the vector lanes (e.g. the weight of nn.Linear, B[n, k]): the outer-product
-    contraction transposes these tiles."""
+    along the vector lanes (`transposed_inputs`): the outer-product contraction transposes
+    these tiles."""
     lane = lane_loop(root)
     out = []
-    for o in root.operands:
-        if o.is_output or not o.map_results or lane is None:
-            continue
-        inner = o.map_results[-1]
-        loops = {d for t in o.map_results for d, _ in t}
-        if len(inner) == 1 and root.iterators[inner[0][0]] == "reduction" and lane in loops:
-            red = plan.lengths.get(inner[0][0], (1,))
-            out.append((plan.lengths[lane][-1], red[1] if len(red) > 1 else 1))
+    for i in transposed_inputs(root):
+        red = plan.lengths.get(root.operands[i].map_results[-1][0][0], (1,))
+        out.append((plan.lengths[lane][-1], red[1] if len(red) > 1 else 1))
     return out
 
 
