@@ -1,18 +1,16 @@
 """Constant weights' transposes folded at compile time instead of propagated into the
 contractions (IREE's default), which then read the weight across their vector lanes: the
-decision, the layout file, and a tuning run that carries the flag to every build."""
+decision and a tuning run that carries the flag to every build (the layout file:
+test_propagate_transposes.py)."""
 import json
 
 import pytest
 import torch
 from torch import nn
 
-from mlir_ansor.errors import UsageError
-from mlir_ansor.tuner.driver import TuneOptions
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, ModelLayout,
-                                      decide_fold_transposes, lane_strided_mflop, load_layout,
-                                      save_layout)
+from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, decide_fold_transposes,
+                                      lane_strided_mflop, load_layout)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from tests.conftest import QUICK_CLI, tune_cli
 
@@ -52,23 +50,6 @@ def test_no_change_no_fold(tmp_path, tools):
     for mode in ("auto", "on"):
         choice = decide_fold_transposes(plain, folded, mode)
         assert not choice.on and "no dispatch changes" in choice.why
-
-
-def test_the_layout_carries_the_flag(tmp_path):
-    layout = ModelLayout(fold_transposes=True)
-    assert layout.flags == FOLD_TRANSPOSES_FLAGS and layout.changed
-    assert layout.codegen_flags == ()  # a task's own build starts after the fold
-    save_layout(tmp_path / "layout.json", layout)
-    assert load_layout(tmp_path / "layout.json") == layout
-    data = json.loads((tmp_path / "layout.json").read_text())
-    del data["fold_transposes"]  # a layout file from before: IREE's default
-    (tmp_path / "layout.json").write_text(json.dumps(data))
-    assert not load_layout(tmp_path / "layout.json").fold_transposes
-
-
-def test_unknown_mode_is_a_usage_error():
-    with pytest.raises(UsageError, match="--fold-transposes"):
-        TuneOptions(fold_transposes="maybe").check()
 
 
 def make_mlp():

@@ -1,6 +1,7 @@
 """Activations' transposes propagated into the contractions that read them (IREE's
 aggressive transpose propagation) instead of forming dispatches of their own: the
-decision, the layout file, and a tuning run that carries the flag to every build."""
+decision, the layout file (with the weight-transpose fold's), and a tuning run that carries
+the flag to every build."""
 import json
 
 import pytest
@@ -10,7 +11,8 @@ from torch import nn
 from mlir_ansor.errors import UsageError
 from mlir_ansor.tuner.driver import TuneOptions
 from mlir_ansor.tuner.frontend import import_model
-from mlir_ansor.tuner.layouts import (PROPAGATE_TRANSPOSES_FLAGS, ModelLayout,
+from mlir_ansor.tuner.layouts import (FOLD_TRANSPOSES_FLAGS, PROPAGATE_TRANSPOSES_FLAGS,
+                                      ModelLayout,
                                       decide_propagation, load_layout, save_layout)
 from mlir_ansor.tuner.tasks import extract_tasks, flow_source
 from tests.conftest import QUICK_CLI, tune_cli
@@ -55,21 +57,24 @@ def test_fewer_dispatches_are_timed_then_taken_unless_slower(tmp_path, tools):
         assert not same.on and "no dispatch changes" in same.why
 
 
-def test_the_layout_carries_the_flag(tmp_path):
-    layout = ModelLayout(propagate_transposes=True)
-    assert layout.flags == PROPAGATE_TRANSPOSES_FLAGS and layout.changed
+@pytest.mark.parametrize("field, flags", [("fold_transposes", FOLD_TRANSPOSES_FLAGS),
+                                          ("propagate_transposes", PROPAGATE_TRANSPOSES_FLAGS)])
+def test_the_layout_carries_the_flag(tmp_path, field, flags):
+    layout = ModelLayout(**{field: True})
+    assert layout.flags == flags and layout.changed
     assert layout.codegen_flags == ()  # a task's own build starts after dispatch formation
     save_layout(tmp_path / "layout.json", layout)
     assert load_layout(tmp_path / "layout.json") == layout
     data = json.loads((tmp_path / "layout.json").read_text())
-    del data["propagate_transposes"]  # a layout file from before: IREE's default
+    del data[field]  # a layout file from before: IREE's default
     (tmp_path / "layout.json").write_text(json.dumps(data))
-    assert not load_layout(tmp_path / "layout.json").propagate_transposes
+    assert not getattr(load_layout(tmp_path / "layout.json"), field)
 
 
-def test_unknown_mode_is_a_usage_error():
-    with pytest.raises(UsageError, match="--propagate-transposes"):
-        TuneOptions(propagate_transposes="maybe").check()
+@pytest.mark.parametrize("option", ["fold_transposes", "propagate_transposes"])
+def test_unknown_mode_is_a_usage_error(option):
+    with pytest.raises(UsageError, match="--" + option.replace("_", "-")):
+        TuneOptions(**{option: "maybe"}).check()
 
 
 def test_a_tuning_run_propagates_and_every_build_passes_the_flag(tmp_path):

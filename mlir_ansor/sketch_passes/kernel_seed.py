@@ -155,12 +155,8 @@ def kernel_levels(op: OpInfo, target: Target, peel_rows: bool = False,
 def reduction_tile_of(op: OpInfo, target: Target) -> int:
     """The seed's innermost reduction tile: REDUCTION_TILE, but 1 over packed panels
     (BERT's packed MLP weights: 8 ran 2.75 ms, 4 2.61, 1 2.03; on a 3x3 conv and a batch
-    matmul 1, 4 and 8 were within 4%), and one vector's width where an input is transposed
-    (`transposed_inputs`) and every reduction loop it reads contiguously takes it: each
-    transposed tile is then square, one vector by one vector, which the emitter lowers
-    with the 16x16 shuffle network on AVX-512 (attention scores with the keys' transpose
-    propagated, 12 x 128 x 128 x 64: lanes x reduction 64 x 4 ran 0.33 ms, 16 x 16 0.185;
-    Xeon VM, 2026-11-29)."""
+    matmul 1, 4 and 8 were within 4%), and 16 where the tiles of a transposed input are
+    square (`_square_transposes`)."""
     if seed_panel(op, target) is not None:
         return 1
     if _square_transposes(op, target):
@@ -169,11 +165,18 @@ def reduction_tile_of(op: OpInfo, target: Target) -> int:
 
 
 def _square_transposes(op: OpInfo, target: Target) -> bool:
-    """Whether `op` has transposed inputs whose contiguous reduction loops a tile of one
-    vector's width divides."""
+    """Whether the seed takes square register tiles for `op`'s transposed inputs
+    (`transposed_inputs`): one vector of lanes by a reduction tile of one vector, which
+    the emitter lowers with the 16x16 shuffle network. Only on 16-lane targets (on others
+    the emitter moves a transposed tile element by element whatever its shape) and over
+    one reduction loop that 16 divides. Attention scores with the keys' transpose
+    propagated, 12 x 128 x 128 x 64, side by side: lanes x reduction 64 x 4 (4 rows) 0.327
+    ms, 16 x 16 with 4 / 8 / 16 rows 0.248 / 0.215 / 0.185; the seeds before, 64 x 8,
+    0.36-0.42 (Xeon VM, 2026-11-29)."""
     ins = transposed_inputs(op)
-    return bool(ins) and all(
-        op.extents[op.operands[i].map_results[-1][0][0]] % target.f32_lanes == 0 for i in ins)
+    lanes = target.f32_lanes
+    return (lanes == 16 and bool(ins) and len(op.reduction_dims) == 1
+            and op.extents[op.reduction_dims[0]] % lanes == 0)
 
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],

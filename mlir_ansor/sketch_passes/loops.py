@@ -128,11 +128,11 @@ def lane_loop(op: OpInfo) -> int | None:
 
 
 @op_fact
-def transposed_inputs(op: OpInfo) -> tuple[int, ...]:
-    """Operand indices of the inputs the vector lanes' loop indexes whose contiguous dim is
-    a reduction loop (nn.Linear's weight read [n, k]; attention's keys read [j, d] once
-    their transpose is propagated into the scores): each register tile of one is
-    transposed for the outer products."""
+def transposed_inputs(op: OpInfo) -> tuple[tuple[int, int], ...]:
+    """(operand index, reduction loop) of each input the vector lanes' loop indexes whose
+    contiguous dim is that reduction loop (nn.Linear's weight read [n, k]; attention's keys
+    read [j, d] once their transpose is propagated into the scores): each register tile of
+    one is transposed for the outer products."""
     lane = lane_loop(op)
     if lane is None:
         return ()
@@ -143,7 +143,7 @@ def transposed_inputs(op: OpInfo) -> tuple[int, ...]:
         inner = o.map_results[-1]
         loops = {d for t in o.map_results for d, _ in t}
         if len(inner) == 1 and op.iterators[inner[0][0]] == "reduction" and lane in loops:
-            out.append(i)
+            out.append((i, inner[0][0]))
     return tuple(out)
 
 

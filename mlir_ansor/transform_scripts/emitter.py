@@ -189,8 +189,8 @@ def _transposed_tiles(root: OpInfo, plan: "TilePlan") -> list[tuple[int, int]]:
     these tiles."""
     lane = lane_loop(root)
     out = []
-    for i in transposed_inputs(root):
-        red = plan.lengths.get(root.operands[i].map_results[-1][0][0], (1,))
+    for _, loop in transposed_inputs(root):
+        red = plan.lengths.get(loop, (1,))
         out.append((plan.lengths[lane][-1], red[1] if len(red) > 1 else 1))
     return out
 

@@ -79,8 +79,9 @@ FOLD_TRANSPOSES_FLAGS = ("--iree-global-opt-propagate-transposes=false",)
 # IREE propagates a transpose into a named contraction only where it stays a named op;
 # aggressively, also where the contraction becomes a generic with permuted maps. An
 # activation's transpose that feeds a batch matmul (attention's heads split off the
-# sequence) is then the contraction's indexing map instead of a dispatch of its own: a BERT
-# layer forms 12 dispatches instead of 14, the TBS-b1 operator 2 instead of 4.
+# sequence) is then the contraction's indexing map instead of a dispatch of its own: the
+# TBS-b1 operator forms 2 dispatches instead of 4 (a BERT layer 12 instead of 14 with its
+# weight transposes left unfolded).
 PROPAGATE_TRANSPOSES_FLAGS = ("--iree-opt-aggressively-propagate-transposes",)
 
 
@@ -324,17 +325,26 @@ def lane_strided_mflop(tasks: Sequence[Task]) -> float:
     return total
 
 
+def dispatch_change(plain: Sequence[Task], other: Sequence[Task]
+                    ) -> tuple[tuple[int, int], str]:
+    """The dispatches of two forms of a model, counted with their weights, and why a flag
+    that makes the second of the first is no choice ("" where it changes a dispatch)."""
+    n = (sum(t.weight for t in plain), sum(t.weight for t in other))
+    same = sorted(t.key for t in plain) == sorted(t.key for t in other)
+    return n, "no dispatch changes with it" if same else ""
+
+
 def decide_fold_transposes(plain: Sequence[Task], folded: Sequence[Task], mode: str
                            ) -> TransposeChoice:
     """Fold where it changes the dispatches at all (`mode` "on"), or ("auto") where it
     leaves fewer MFLOP reading across the vector lanes and forms no more dispatches (a
     transpose of an activation that propagation would have fused away then needs its own)."""
     a, b = lane_strided_mflop(plain), lane_strided_mflop(folded)
-    if sorted(t.key for t in plain) == sorted(t.key for t in folded):
-        return TransposeChoice(False, "no dispatch changes with it", (a, b))
+    (n_plain, n_folded), why = dispatch_change(plain, folded)
+    if why:
+        return TransposeChoice(False, why, (a, b))
     if mode == "on":
         return TransposeChoice(True, "--fold-transposes on", (a, b))
-    n_plain, n_folded = sum(t.weight for t in plain), sum(t.weight for t in folded)
     if n_folded > n_plain:
         return TransposeChoice(False, f"it forms {n_folded} dispatches against {n_plain}",
                                (a, b))
@@ -371,9 +381,9 @@ def decide_propagation(plain: Sequence[Task], propagated: Sequence[Task], mode: 
     """Propagate where it forms fewer dispatches (`mode` "on"), or ("auto") where IREE's
     default build with it (`default_s`: without, with) is also at most `tolerance` times
     slower. None: "auto" with fewer dispatches, to be timed (`default_s` not given)."""
-    n = (sum(t.weight for t in plain), sum(t.weight for t in propagated))
-    if sorted(t.key for t in plain) == sorted(t.key for t in propagated):
-        return PropagationChoice(False, "no dispatch changes with it", n)
+    n, why = dispatch_change(plain, propagated)
+    if why:
+        return PropagationChoice(False, why, n)
     if n[1] >= n[0]:
         return PropagationChoice(False, f"it forms {n[1]} dispatches against {n[0]}", n)
     if mode == "on":

@@ -43,7 +43,7 @@ from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING, DATA
                                       Alternative, DataTilingChoice, ModelLayout,
                                       PadFusionChoice, PropagationChoice, TransposeChoice,
                                       WinogradChoice, decide_fold_transposes,
-                                      decide_propagation, decide_winograd,
+                                      decide_propagation, decide_winograd, dispatch_change,
                                       weighted_side_by_side,
                                       SmallSizesChoice, alternatives, choose_activation_layout,
                                       choose_data_tiling, data_tiled_contractions,
@@ -105,7 +105,13 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
         if folded_vmfb is not None:
             flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
     propagation = None
-    if opts.propagate_transposes != "off" and relayout and not flags:
+    # (Only a model with a transpose op: IREE propagates those; convnets skip a compile.)
+    if opts.propagate_transposes == "on" and flags:
+        notes.append(f"Activation transposes of {m.name} left to IREE: --propagate-transposes "
+                     "on has no effect where weight transposes are folded (IREE's "
+                     "propagation is off)")
+    elif (opts.propagate_transposes != "off" and relayout and not flags
+          and "linalg.transpose" in base.read_text()):
         with clock.stage("layout/transposes"):
             propagation, flow, propagated_vmfb = propagate_transposes(state, m, base,
                                                                      base_vmfb, flow)
@@ -384,25 +390,34 @@ def propagate_transposes(state: RunState, m: ModelIn, base: Path, base_vmfb: Pat
     read them (layouts.decide_propagation: fewer dispatches, and IREE's default builds
     timed side by side against `base_vmfb` under "auto"), the flow of the form chosen
     (`plain_flow`: `base`'s, where formed already), and, where propagated, IREE's default
-    build of it, which must match torch on the example (every size sample)."""
+    build of it, which must match torch on the example (every size sample). Where IREE
+    fails to form, build or time the propagated form, it is not taken."""
     opts, tools = state.opts, state.tools
     if plain_flow is None:
         plain_flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S)
-    flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S, PROPAGATE_TRANSPOSES_FLAGS)
+    try:
+        flow = flow_source(base, opts.target, tools, FLOW_TIMEOUT_S,
+                           PROPAGATE_TRANSPOSES_FLAGS)
+    except CompileError as e:
+        return (PropagationChoice(False, f"IREE's dispatches with it: {e}"[:300]), plain_flow,
+                None)
     plain, propagated = (extract_tasks(f, opts.target) for f in (plain_flow, flow))
     choice = decide_propagation(plain, propagated, opts.propagate_transposes)
     if choice is not None and not choice.on:
         return choice, plain_flow, None
+    counts, _ = dispatch_change(plain, propagated)
     vmfb = m.dir / "e2e" / "transposes" / "propagated.vmfb"
     try:
         samples = checked_build(state, m, base, vmfb, PROPAGATE_TRANSPOSES_FLAGS)
+        if choice is None:
+            times = weighted_side_by_side([base_vmfb, vmfb], samples, tools,
+                                          sample_timing(state, m))
+            choice = decide_propagation(plain, propagated, opts.propagate_transposes, times)
     except DefaultModuleError:
         raise  # IREE's default itself is off at a size: no choice to make
     except CompileError as e:
-        return (PropagationChoice(False, f"IREE's build with it: {e}"[:300]), plain_flow, None)
-    if choice is None:
-        times = weighted_side_by_side([base_vmfb, vmfb], samples, tools, state.cfg)
-        choice = decide_propagation(plain, propagated, opts.propagate_transposes, times)
+        return (PropagationChoice(False, f"IREE's build with it: {e}"[:300], counts),
+                plain_flow, None)
     if not choice.on:
         return choice, plain_flow, None
     return choice, flow, vmfb
