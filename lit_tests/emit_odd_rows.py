@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # A softmax over rows of 197 (no chunk of at least 16 divides it): its reductions
-# accumulate 32-wide partial sums over the full chunks and a peeled partial last chunk (one
+# accumulate 16-wide partial sums over the full chunks and a peeled partial last chunk (one
 # static vector of 5), and its elementwise ops run in rows of 64 with the same peeled tail,
 # rather than the whole row as one vector (its horizontal add a chain of 197 scalar adds)
 # or 197 single elements.
@@ -12,10 +12,10 @@ print_strategy(payload("softmax_197"), 0, seed=0)
 # CHECK: // sketch: Plain
 # CHECK: transform.structured.tile_using_forall
 # The row max, then the sum of exponentials: partial results, the partial last chunk peeled.
-# CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[L1:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 32]
+# CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[L1:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 16]
 # CHECK: %[[C1:.*]] = transform.cast %[[L1]]
 # CHECK: %[[F1:.*]], %{{.*}} = transform.loop.peel %[[C1]]
-# CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[L2:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 32]
+# CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[L2:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 16]
 # CHECK: %[[C2:.*]] = transform.cast %[[L2]]
 # CHECK: %[[F2:.*]], %{{.*}} = transform.loop.peel %[[C2]]
 # The normalization: rows of 64 and the peeled 5.

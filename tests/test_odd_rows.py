@@ -17,9 +17,10 @@ def _reduce(width: int) -> str:
 
 
 @pytest.mark.parametrize("width, sizes, odd", [
-    (49, [1, 0], False),     # short: one vector
-    (128, [1, 32], False),   # 32-wide partial sums
-    (197, [1, 32], True),    # prime: 6 chunks of 32 and a peeled 5
+    (16, [1, 0], False),     # short: one vector
+    (49, [1, 16], True),     # 3 chunks of 16 and a peeled 1 (7 x 7: no chunk of 16)
+    (128, [1, 16], False),   # 16-wide partial sums
+    (197, [1, 16], True),    # prime: 12 chunks of 16 and a peeled 5
     (4096, [1, 64], False),  # long: 64 accumulators
     (1000, [1, 50], False),  # a divisor of at least 16
 ])

@@ -36,8 +36,11 @@ MAX_ELEMENTWISE_VECTOR = 64
 # accumulates chunk-wide partial sums and reduces them once per row. That last horizontal
 # add is a chain of dependent scalar adds (LLVM may not reassociate an f32 add), so the
 # chunk stays short: a softmax row of 197 reduced as one vector ran 197 adds in a chain.
-WHOLE_REDUCTION_ROW = 64  # as the elementwise rows (not measured against 32-wide chunks)
-REDUCTION_CHUNK = 32  # rows up to LONG_REDUCTION_ROW
+# Chunks of 16 against 64 / 32 (softmax rows of 64, 128 and 197, the best programs of
+# their runs side by side, Xeon VM, 2026-11-29): 0.40 -> 0.32 ms, 0.105-0.109 -> 0.098-0.100,
+# 0.126-0.136 -> 0.119-0.124.
+WHOLE_REDUCTION_ROW = 16
+REDUCTION_CHUNK = 16  # rows up to LONG_REDUCTION_ROW
 LONG_REDUCTION_CHUNK = 64  # longer rows: more accumulators, fewer steps
 LONG_REDUCTION_ROW = 512
 MIN_ROW_CHUNK = 16  # a divisor chunk shorter than this: full chunks and a peeled tail instead
