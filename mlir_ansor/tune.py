@@ -155,7 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="IREE propagates activations' transposes into the contractions that "
                         "read them (which become generics) instead of forming dispatches of "
                         "their own: auto where that forms fewer dispatches and IREE's default "
-                        "build is not slower with it (default), on, off (llvm-cpu; not with "
+                        "build is clearly faster with it (default), on, off (llvm-cpu; not with "
                         "folded weight transposes)")
     p.add_argument("--winograd", choices=["auto", "on", "off"], default="auto",
                    help="3x3 stride-1 f32 convolutions by Winograd F(6x6, 3x3), written "

@@ -97,7 +97,7 @@ class TuneOptions:
     # IREE's aggressive transpose propagation (llvm-cpu; where weights' transposes are not
     # folded): activations' transposes become the indexing maps of the contractions that
     # read them, generics then, instead of dispatches of their own. "auto" where that forms
-    # fewer dispatches and IREE's default build is not slower with it (tuner/layouts.py:
+    # fewer dispatches and IREE's default build is clearly faster with it (tuner/layouts.py:
     # decide_propagation); "on" wherever it forms fewer dispatches; "off" never.
     propagate_transposes: str = "auto"
     # IREE's Winograd F(6x6, 3x3) for 3x3 stride-1 f32 convolutions (llvm-cpu): "auto"

@@ -3,7 +3,7 @@ channels-last unless IREE's default build of that form is clearly slower (timed 
 side; always with --io-layout channels-last); constant weights' transposes folded where
 that leaves fewer contractions reading them across their vector lanes, else activations'
 transposes propagated into the contractions where that forms fewer dispatches and IREE's
-default build is not slower with it; pads fused into their consumers' dispatches
+default build is clearly faster with it; pads fused into their consumers' dispatches
 with --pad-fusion on (auto decides at the hand-back); 3x3 convolutions by Winograd where
 IREE's default build is clearly faster with it (else tuned as the other form); IREE's data
 tiling where its default build is clearly faster with it (at the size samples of a dynamic
