@@ -80,7 +80,7 @@ def test_unknown_mode_is_a_usage_error(option):
 def test_a_tuning_run_propagates_and_every_build_passes_the_flag(tmp_path):
     out = tmp_path / "run"
     res = tune_cli(f"{__file__}:make_scores", "--trials", "2", "--batch", "2",
-                   "--propagate-transposes", "on", "--out", str(out), *QUICK_CLI)
+                   "--out", str(out), *QUICK_CLI, "--propagate-transposes", "on")
     assert res.returncode == 0, res.stderr[-2000:]
     text = (out / "report.txt").read_text()
     assert "Activation transposes of" in text and "3 dispatches without, 1 with" in text, text
