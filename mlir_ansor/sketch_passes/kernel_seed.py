@@ -21,7 +21,8 @@ from mlir_ansor.sketch_passes.annotation import (MAX_OTHER_INNER, VECTORS_PER_RO
 from mlir_ansor.sketch_passes.iree_seed import Levels, seed_program
 from mlir_ansor.sketch_passes.loops import (divisors, footprint, lane_loop, op_by_name,
                                             panel_loop, reduction_tile, reuse_rows,
-                                            transposed_inputs, window_loops)
+                                            SQUARE_TRANSPOSE, transposed_inputs,
+                                            window_loops)
 from mlir_ansor.sketch_passes.program import (PackStep, ParallelStep, PeelStep, Program,
                                               SplitStep, VectorizeStep)
 from mlir_ansor.sketch_passes.sketch import Sketch
@@ -167,16 +168,15 @@ def reduction_tile_of(op: OpInfo, target: Target) -> int:
 def _square_transposes(op: OpInfo, target: Target) -> bool:
     """Whether the seed takes square register tiles for `op`'s transposed inputs
     (`transposed_inputs`): one vector of lanes by a reduction tile of one vector, which
-    the emitter lowers with the 16x16 shuffle network. Only on 16-lane targets (on others
-    the emitter moves a transposed tile element by element whatever its shape) and over
-    one reduction loop that 16 divides. Attention scores with the keys' transpose
+    the emitter lowers with a shuffle network (`SQUARE_TRANSPOSE` wide: only on targets of
+    that many f32 lanes; on others the emitter moves a transposed tile element by element
+    whatever its shape) and over one reduction loop that a vector divides. Attention scores with the keys' transpose
     propagated, 12 x 128 x 128 x 64, side by side: lanes x reduction 64 x 4 (4 rows) 0.327
     ms, 16 x 16 with 4 / 8 / 16 rows 0.248 / 0.215 / 0.185; the seeds before, 64 x 8,
     0.36-0.42 (Xeon VM, 2026-11-29)."""
-    ins = transposed_inputs(op)
     lanes = target.f32_lanes
-    return (lanes == 16 and bool(ins) and len(op.reduction_dims) == 1
-            and op.extents[op.reduction_dims[0]] % lanes == 0)
+    return (lanes == SQUARE_TRANSPOSE and bool(transposed_inputs(op))
+            and len(op.reduction_dims) == 1 and op.extents[op.reduction_dims[0]] % lanes == 0)
 
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],

@@ -127,6 +127,11 @@ def lane_loop(op: OpInfo) -> int | None:
     return next((l for l in op.parallel_dims if op.output_dim_of_loop(l) == last), None)
 
 
+# The transposed register tile (lanes x reduction, f32) the emitter lowers with a shuffle
+# network (vector.transpose's 16x16 lowering); any other shape moves element by element.
+SQUARE_TRANSPOSE = 16
+
+
 @op_fact
 def transposed_inputs(op: OpInfo) -> tuple[tuple[int, int], ...]:
     """(operand index, reduction loop) of each input the vector lanes' loop indexes whose

@@ -25,7 +25,8 @@ from mlir_ansor.sketch_passes.analysis import (consumers, conv_kind, has_strided
 from mlir_ansor.sketch_passes.annotation import whole_row_loops
 from mlir_ansor.sketch_passes.loops import (batch_loops, column_read_loop, footprint_shape,
                                             lane_loop, largest_divisor, op_by_name,
-                                            reduction_tile, transposed_inputs)
+                                            reduction_tile, SQUARE_TRANSPOSE,
+                                            transposed_inputs)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 # A compile-size cap on the row an elementwise op is vectorized in, not a machine fact: LLVM
@@ -652,7 +653,8 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             tb.patterns(func, tbm.scalarize_transfers())
         transposed = _transposed_tiles(root, plan) if root is not None else []
         tb.patterns(func, tbm.lower_vectors(
-            transpose_16x16=bool(transposed) and all(t == (16, 16) for t in transposed)))
+            transpose_16x16=bool(transposed) and all(
+                t == (SQUARE_TRANSPOSE, SQUARE_TRANSPOSE) for t in transposed)))
         tb.cse(func)
         if any(k.startswith("math.") for o in ops for k in o.body_kinds):
             # Vector exp/tanh/erf as polynomials, as IREE's own pipeline does (LLVM would

@@ -105,11 +105,11 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
         if folded_vmfb is not None:
             flags, base_vmfb = FOLD_TRANSPOSES_FLAGS, folded_vmfb
     propagation = None
-    # (Only a model with a transpose op: IREE propagates those; convnets skip a compile.)
     if opts.propagate_transposes == "on" and flags:
         notes.append(f"Activation transposes of {m.name} left to IREE: --propagate-transposes "
                      "on has no effect where weight transposes are folded (IREE's "
                      "propagation is off)")
+    # (Only a model with a transpose op: IREE propagates those; convnets skip a compile.)
     elif (opts.propagate_transposes != "off" and relayout and not flags
           and "linalg.transpose" in base.read_text()):
         with clock.stage("layout/transposes"):
