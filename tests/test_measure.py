@@ -693,3 +693,93 @@ def test_timed_runs_lower_the_caller_except_on_local_sync(mm_measurer, tools, mo
         res = runner.benchmark(item.artifact, item.inputs)
         assert res.status == Status.OK, res.error
         assert started == [expect]
+
+
+_SUM_DIVIDES = """
+#m = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+#v = affine_map<(d0) -> (d0)>
+func.func @main(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %z: tensor<4x8xf32>,
+                %w: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %sum = linalg.generic {indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %o = tensor.empty() : tensor<4x8xf32>
+  %q = linalg.generic {indexing_maps = [#m, #r, #m], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %sum : tensor<4x8xf32>, tensor<4xf32>) outs(%o : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %s: f32, %out: f32):
+    %eps = arith.addf %s, %one : f32
+    %d = arith.divf %a, %eps : f32
+    linalg.yield %d : f32
+  } -> tensor<4x8xf32>
+  %p = linalg.generic {indexing_maps = [#m, #m, #m], iterator_types = ["parallel", "parallel"]}
+      ins(%y, %z : tensor<4x8xf32>, tensor<4x8xf32>) outs(%o : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %out: f32):
+    %d = arith.divf %a, %b : f32
+    linalg.yield %d : f32
+  } -> tensor<4x8xf32>
+  %wsum = linalg.generic {indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%w : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %sig = linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
+      ins(%wsum : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%s: f32, %out: f32):
+    %n = arith.negf %s : f32
+    %x1 = math.exp %n : f32
+    %d1 = arith.addf %x1, %one : f32
+    %r1 = arith.divf %one, %d1 : f32
+    linalg.yield %r1 : f32
+  } -> tensor<4xf32>
+  return %q, %p, %sig : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>
+}
+"""
+
+
+def test_inputs_summed_into_a_divisor_are_drawn_positive():
+    """x / (sum(x) + 1): x is drawn from [0, 1); y / z divides elementwise (no sum to
+    reorder) and a sigmoid's 1 / (1 + exp(-sum(w))) passes no cancellation to its
+    quotient: both keep signed inputs."""
+    from mlir_ansor.tuner.validation import random_inputs, summed_divisor_inputs
+
+    assert summed_divisor_inputs(_SUM_DIVIDES) == {0}
+    assert summed_divisor_inputs(_SUM_DIVIDES, ["tensor<4x8xf32>"] * 2) == frozenset()
+    f32 = np.dtype(np.float32)
+    x, y = random_inputs([((4096,), f32)] * 2, 0, {}, frozenset({0}))
+    assert x.min() >= 0 and x.max() < 1 and y.min() < 0 < y.max()
+
+
+def test_a_reordered_sum_under_a_division_passes_on_positive_inputs():
+    """Why: dividing by a sum of signed values, the bound (scaled by the same computation on
+    |x|) rejects a correct program whose sum runs in another order, as every candidate of
+    a transposed softmax's normalisation was; on positive inputs it accepts it and still
+    rejects a wrong one."""
+    from mlir_ansor.tuner.validation import absolute, outputs_match, random_inputs
+
+    def normalise(x: np.ndarray, order: str) -> np.ndarray:
+        if order == "sequential":
+            s = np.zeros(x.shape[0], np.float32)
+            for j in range(x.shape[1]):
+                s += x[:, j]
+        else:  # 16-wide partial sums, then their sum
+            s = x.reshape(x.shape[0], -1, 16).sum(axis=1, dtype=np.float32).sum(
+                axis=1, dtype=np.float32)
+        return (x / s[:, None]).astype(np.float32)
+
+    f32 = np.dtype(np.float32)
+    for positive, passes in ((frozenset(), False), (frozenset({0}), True)):
+        x, = random_inputs([((1536, 128), f32)], 0, {}, positive)
+        ref, mag = normalise(x, "sequential"), normalise(absolute([x])[0], "sequential")
+        assert (outputs_match([normalise(x, "chunks")], [ref], [mag]) == "") is passes
+    wrong = normalise(x, "chunks")
+    wrong[7, 3] *= 1.001
+    assert "elements off" in outputs_match([wrong], [ref], [mag])

@@ -39,7 +39,8 @@ from mlir_ansor.tuner.runner import (LocalRunner, ProxyRunner, Runner, RunInput,
 from mlir_ansor.tuner.status import Status
 from mlir_ansor.tuner.tasks import SizeSample, Task, parse_tensor_type, with_codegen_view
 from mlir_ansor.tuner.toolchain import Toolchain, target_flags
-from mlir_ansor.tuner.validation import absolute, index_bounds, outputs_match, random_inputs
+from mlir_ansor.tuner.validation import (absolute, index_bounds, outputs_match,
+                                         random_inputs, summed_divisor_inputs)
 from mlir_ansor.tuner.wall_time import WallTime
 
 __all__ = ["MeasureConfig", "TaskMeasurer", "applied_strategies", "benchmark",
@@ -146,7 +147,8 @@ def task_inputs(task: Task, seed: int, sample: SizeSample | None = None) -> list
     their whole tables."""
     types = [parse_tensor_type(t) for t in (
         task.input_types_at(sample) if sample is not None else task.input_types)]
-    return random_inputs(types, seed, module_index_bounds(task))
+    return random_inputs(types, seed, module_index_bounds(task),
+                         module_positive_inputs(task))
 
 
 def module_index_bounds(task: Task) -> dict[int, int]:
@@ -163,6 +165,18 @@ def module_index_bounds(task: Task) -> dict[int, int]:
         if src is not None:
             out[src] = min(out.get(src, bound), bound)
     return out
+
+
+def module_positive_inputs(task: Task) -> frozenset[int]:
+    """Input positions of the runnable @main drawn from [0, 1): the analyzed function's
+    arguments summed into a divisor (validation.summed_divisor_inputs), mapped as
+    `module_index_bounds` maps its bounds."""
+    if not task.task_mlir:
+        return frozenset()
+    if not task.arg_sources:
+        return summed_divisor_inputs(task.task_mlir, task.input_types)
+    return frozenset(task.arg_sources[pos] for pos in summed_divisor_inputs(task.task_mlir)
+                     if pos < len(task.arg_sources) and task.arg_sources[pos] is not None)
 
 
 @dataclass(frozen=True)

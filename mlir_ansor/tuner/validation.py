@@ -1,10 +1,14 @@
 """What a candidate is checked against: inputs drawn over each operand's valid range, and a
 per-element error bound scaled by the magnitude of the computation.
 
-Inputs: floats uniform in [-1, 1] (signed: cancellations in a reduction are exercised);
-integers (and floats) that a dispatch uses as indices (`index_cast`, `fptosi`, a select's
-wrap of negative indices, into `tensor.extract`) cover the whole indexed dimension; other
-integers are signed; booleans 0/1.
+Inputs: floats uniform in [-1, 1] (signed: cancellations in a reduction are exercised),
+except those a reduction sums into a divisor (a softmax whose division IREE does not raise
+to its own op, a normalisation by a sum), which are drawn from [0, 1): a signed sum near
+zero makes the quotient as large and as sensitive to the order of the sum as the sum is
+small, so that a correct reordering would fail the bound; integers (and floats) that a
+dispatch uses as indices (`index_cast`, `fptosi`, a select's wrap of negative indices,
+into `tensor.extract`) cover the whole indexed dimension; other integers are signed;
+booleans 0/1.
 
 Error bound: |got - ref| <= atol + rtol * max(|ref|, mag), per element, where `mag` is the
 reference build's output on the absolute values of the float inputs: for sums of products
@@ -110,15 +114,109 @@ def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict
     return out
 
 
+# Ops through which a sum's cancellation reaches a quotient: a sum near zero stays near
+# zero through them. Others (exp, a sigmoid's 1 + exp(-x), max) end the path.
+_LINEAR_OPS = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.negf",
+                         "arith.extf", "arith.truncf", "math.sqrt", "math.rsqrt"})
+
+
+def _body_ops(op: ir.Operation) -> set[str]:
+    return {o.operation.name for o in op.regions[0].blocks[0].operations} - {"linalg.yield"}
+
+
+def _is_sum(op: ir.Operation) -> bool:
+    """A linalg.generic that reduces by adding."""
+    return op.name == "linalg.generic" and "arith.addf" in _body_ops(op) and any(
+        "reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
+def _linalg_inputs(op: ir.Operation) -> list[ir.Value]:
+    """A generic's inputs (not its inits); any other op's operands."""
+    if op.name != "linalg.generic":
+        return list(op.operands)
+    n_in = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
+    return list(op.operands)[:n_in]
+
+
+def summed_divisor_inputs(task_mlir: str, arg_types: Sequence[str] | None = None
+                          ) -> frozenset[int]:
+    """Positions of the float arguments of the task function that a reduction sums into a
+    divisor (an `arith.divf`'s right operand in a linalg.generic, through any ops before
+    the sum and `_LINEAR_OPS` after it); empty unless its arguments are the first of
+    `arg_types`, when given (as `index_bounds`)."""
+    out: set[int] = set()
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(task_mlir)
+        func = module.body.operations[0]
+        args = list(func.regions[0].blocks[0].arguments)
+        if arg_types is not None and \
+                [str(a.type) for a in args] != list(arg_types)[:len(args)]:
+            return frozenset()
+
+        visited: list[tuple[ir.Operation, bool]] = []
+
+        def sources(value: ir.Value, summed: bool) -> None:
+            # The function arguments `value` is computed from, kept if a reduction is on
+            # the way; each producer is followed once either way.
+            if value in args:
+                element = (ir.ShapedType(value.type).element_type
+                           if isinstance(value.type, ir.ShapedType) else value.type)
+                if summed and isinstance(element, ir.FloatType):
+                    out.add(args.index(value))
+                return
+            owner = defining(value)
+            if owner is None or any(o == owner and s == summed for o, s in visited):
+                return
+            visited.append((owner, summed))
+            if not summed and owner.name == "linalg.generic" and not _is_sum(owner) \
+                    and not _body_ops(owner) <= _LINEAR_OPS:
+                return  # between the sum and the division: no cancellation passes it
+            for v in _linalg_inputs(owner):
+                sources(v, summed or _is_sum(owner))
+
+        def body_inputs(value: ir.Value, block_args: list, seen: list) -> set[int]:
+            # The block arguments of a generic's body that `value` depends on.
+            if value in block_args:
+                return {block_args.index(value)}
+            owner = defining(value)
+            if owner is None or owner.name not in _LINEAR_OPS or any(owner == o for o in seen):
+                return set()
+            seen.append(owner)
+            return set().union(*(body_inputs(v, block_args, seen) for v in owner.operands))
+
+        def visit(op: ir.Operation) -> None:
+            if op.name == "linalg.generic":
+                n_in = len(_linalg_inputs(op))
+                block = op.regions[0].blocks[0]
+                block_args = list(block.arguments)
+                for inner in block.operations:
+                    if inner.operation.name == "arith.divf":
+                        for i in body_inputs(inner.operands[1], block_args, []):
+                            if i < n_in:
+                                sources(op.operands[i], False)
+            for region in op.regions:
+                for blk in region.blocks:
+                    for inner in blk.operations:
+                        visit(inner.operation)
+
+        visit(func.operation)
+    return frozenset(out)
+
+
 def random_inputs(types: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int,
-                  bounds: dict[int, int] | None = None) -> list[np.ndarray]:
-    """Inputs of the given (shape, dtype)s; `bounds`: index arguments' upper bounds."""
+                  bounds: dict[int, int] | None = None,
+                  positive: frozenset[int] = frozenset()) -> list[np.ndarray]:
+    """Inputs of the given (shape, dtype)s; `bounds`: index arguments' upper bounds;
+    `positive`: float arguments drawn from [0, 1) (`summed_divisor_inputs`)."""
     rng = np.random.default_rng(seed)
     bounds = bounds or {}
     out = []
     for i, (shape, dtype) in enumerate(types):
         if dtype.kind == "f" and i in bounds:  # positions converted to indices
             out.append(rng.uniform(0, bounds[i], size=shape).astype(dtype))
+        elif dtype.kind == "f" and i in positive:
+            out.append(rng.uniform(0, 1, size=shape).astype(dtype))
         elif dtype.kind == "f":
             out.append(rng.uniform(-1, 1, size=shape).astype(dtype))
         elif dtype.kind == "b":
