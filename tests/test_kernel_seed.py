@@ -234,3 +234,22 @@ def test_a_transposed_input_gets_square_register_tiles():
     assert not _square_transposes(root(odd), X86_AVX512)
     odd_seeds = kernel_seed_programs(odd, make_task(odd).sketches, X86_AVX512)
     assert odd_seeds and all(splits(p)[3][-1] != 16 for p in odd_seeds)
+
+
+def test_one_seed_per_task_in_finer_workgroups():
+    """The first sketch's plain seed again in FINE_WORKGROUPS_PER_CORE workgroups per core
+    (small dispatches balance better over IREE's workers), last, once per task: the same
+    register tile, more workgroups."""
+    from mlir_ansor.sketch_passes.kernel_seed import FINE_WORKGROUPS_PER_CORE
+
+    ops = ops_of(mul_add_generic("128x12x64", "128x12x64", "12x128x128", "h, i, j, d",
+                                 ("i, h, d", "j, h, d", "h, i, j"),
+                                 "parallel, parallel, parallel, reduction"))
+    seeds = kernel_seed_programs(ops, make_task(ops).sketches, X86_AVX512)
+    *others, fine = seeds
+    nests = [root_nest(ops, p) for p in seeds]
+    many = FINE_WORKGROUPS_PER_CORE * X86_AVX512.cores
+    assert [n.workgroups >= many for n in nests] == [False] * len(others) + [True]
+    assert any(p.sketch == fine.sketch and n.reg_tile == nests[-1].reg_tile
+               for p, n in zip(others, nests))
+    assert violations(ops, fine, target=X86_AVX512) == []

@@ -3,7 +3,8 @@ pick: per sketch with a multi-level-tiled root, an outer-product register tile (
 one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim)
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
 in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
-(`_blocked`) a block of them sharing an L1-sized reduction chunk. A task's first batch
+(`_blocked`) a block of them sharing an L1-sized reduction chunk; and once per task the
+first plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's first batch
 measures them (on by default; `--no-kernel-seeds` turns them off); evolution mutates
 from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
 than what 48-96 trials of search had found (results.md).
@@ -29,6 +30,13 @@ from mlir_ansor.sketch_passes.sketch import Sketch
 from mlir_ansor.targets import Target
 
 WORKGROUPS_PER_CORE = 8  # 16 workgroups beat 112 and 448 on 2 cores (measurement.md)
+# One more seed per task: the first sketch's plain seed cut into this many workgroups per
+# core. Small dispatches balance better over IREE's workers in many small workgroups,
+# larger ones did not (above): the seeds' plain kernels side by side at 8 / 32 / 96 per
+# core, Xeon VM 2026-11-29: attention scores (25 MFLOP) 0.163 / 0.167 / 0.144 ms, batch
+# matmuls of 269 and 67 MFLOP 0.956 / 0.856 / 0.846 and 0.270 / 0.274 / 0.258, a 3x3
+# conv (231 MFLOP) 0.697 / 0.692 / 0.693.
+FINE_WORKGROUPS_PER_CORE = 96
 REDUCTION_TILE = 8  # innermost reduction tile (unrolled with the register tile)
 REDUCTION_CHUNK = 256  # reduction elements per R0 step (the packed-B recipe's k block)
 
@@ -137,14 +145,15 @@ def workgroup_tile(op: OpInfo, reg: dict[int, int], workgroups: int,
 
 
 def kernel_levels(op: OpInfo, target: Target, peel_rows: bool = False,
-                  vectors: int = VECTORS_PER_ROW) -> Levels | None:
+                  vectors: int = VECTORS_PER_ROW,
+                  per_core: int = WORKGROUPS_PER_CORE) -> Levels | None:
     """IREE-style tile levels (iree_seed.Levels) of the micro-kernel seed of `op` (rows
     that need not divide their loop with `peel_rows`: that loop is then never cut; at
-    most `vectors` vectors)."""
+    most `vectors` vectors; about `per_core` workgroups per core)."""
     reg = register_tile(op, target, peel_rows, vectors)
     if reg is None:
         return None
-    wg = workgroup_tile(op, reg, WORKGROUPS_PER_CORE * target.cores, target.l2_bytes)
+    wg = workgroup_tile(op, reg, per_core * target.cores, target.l2_bytes)
     n = len(op.extents)
     return (("distribution", tuple(wg.get(l, 0) for l in range(n))),
             ("vector_common_parallel", tuple(reg.get(l, 1) if l in wg else 0
@@ -181,33 +190,24 @@ def _square_transposes(op: OpInfo, target: Target) -> bool:
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
                          target: Target) -> list[Program]:
-    """One micro-kernel seed per sketch with a multi-level-tiled root, without duplicates
-    (none for a GPU target or an op without an outer-product register tile)."""
+    """Micro-kernel seeds per sketch with a multi-level-tiled root (packed, plain, blocked),
+    then the first plain one in finer workgroups, without duplicates (none for a GPU
+    target or an op without an outer-product register tile)."""
     if target.backend != "llvm-cpu":
         return []
     out: list[Program] = []
+    fine: Program | None = None
     for sk in sketches:
         if not sk.root or sk.gpu:
             continue
         root = op_by_name(ops, sk.root)
-        row = row_loop(root, target)
-        peel = row is not None and row in peel_candidates(root, sk, target=target)
-        p = None
-        # One vector of lanes where the tiles of a transposed input are square
-        # (reduction_tile_of). Peeled rows stay whole in a workgroup: fewer vectors until
-        # its local tile fits.
-        most = 1 if _square_transposes(root, target) else VECTORS_PER_ROW
-        for vectors in range(most, 0, -1) if peel else (most,):
-            levels = kernel_levels(root, target, peel, vectors)
-            p = None if levels is None else seed_program(ops, sk, levels, target=target)
-            if p is not None and peel:
-                rows = dict(levels)["vector_common_parallel"][row]
-                p = _peeled_rows(ops, root, p, row, rows, target)
-            if p is not None:
-                break
+        p = _seed(ops, sk, root, target, WORKGROUPS_PER_CORE)
         if p is None:
             continue
         plain = _chunked(ops, root, p, target, REDUCTION_CHUNK)
+        if fine is None:
+            q = _seed(ops, sk, root, target, FINE_WORKGROUPS_PER_CORE)
+            fine = q and _chunked(ops, root, q, target, REDUCTION_CHUNK)
         # The packed panel must fit the stack: smaller reduction chunks until it does.
         packed = None
         for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4):
@@ -218,7 +218,30 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         for q in (packed, plain, plain and _blocked(ops, root, plain, target)):
             if q is not None and q not in out:
                 out.append(q)
+    if fine is not None and fine not in out:
+        out.append(fine)
     return out
+
+
+def _seed(ops: Sequence[OpInfo], sk: Sketch, root: OpInfo, target: Target,
+          per_core: int) -> Program | None:
+    """The micro-kernel program of `root` in about `per_core` workgroups per core, its
+    rows peeled where they need not divide their loop."""
+    row = row_loop(root, target)
+    peel = row is not None and row in peel_candidates(root, sk, target=target)
+    # One vector of lanes where the tiles of a transposed input are square
+    # (reduction_tile_of). Peeled rows stay whole in a workgroup: fewer vectors until
+    # its local tile fits.
+    most = 1 if _square_transposes(root, target) else VECTORS_PER_ROW
+    for vectors in range(most, 0, -1) if peel else (most,):
+        levels = kernel_levels(root, target, peel, vectors, per_core)
+        p = None if levels is None else seed_program(ops, sk, levels, target=target)
+        if p is not None and peel:
+            rows = dict(levels)["vector_common_parallel"][row]
+            p = _peeled_rows(ops, root, p, row, rows, target)
+        if p is not None:
+            return p
+    return None
 
 
 BLOCKS_TRIED = 64  # S1 blocks checked against the rules, largest first
