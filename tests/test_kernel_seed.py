@@ -236,20 +236,32 @@ def test_a_transposed_input_gets_square_register_tiles():
     assert odd_seeds and all(splits(p)[3][-1] != 16 for p in odd_seeds)
 
 
-def test_one_seed_per_task_in_finer_workgroups():
+def test_one_seed_per_task_in_finer_workgroups(monkeypatch):
     """The first sketch's plain seed again in FINE_WORKGROUPS_PER_CORE workgroups per core
-    (small dispatches balance better over IREE's workers), last, once per task: the same
-    register tile, more workgroups."""
-    from mlir_ansor.sketch_passes.kernel_seed import FINE_WORKGROUPS_PER_CORE
+    (small dispatches balance better over IREE's workers), right after that sketch's
+    seeds, so that a first batch of 4 measures it; the other seeds unchanged."""
+    from mlir_ansor.sketch_passes import kernel_seed as KS
+    from mlir_ansor.sketch_passes.program import PackStep
+    from mlir_ansor.tuner.search import SeededPolicy, kernel_seeds
+    from tests.test_iree_seed import _Inner
 
     ops = ops_of(mul_add_generic("128x12x64", "128x12x64", "12x128x128", "h, i, j, d",
                                  ("i, h, d", "j, h, d", "h, i, j"),
                                  "parallel, parallel, parallel, reduction"))
-    seeds = kernel_seed_programs(ops, make_task(ops).sketches, X86_AVX512)
-    *others, fine = seeds
+    task = make_task(ops)
+    seeds = kernel_seed_programs(ops, task.sketches, X86_AVX512)
+    many = KS.FINE_WORKGROUPS_PER_CORE * X86_AVX512.cores
     nests = [root_nest(ops, p) for p in seeds]
-    many = FINE_WORKGROUPS_PER_CORE * X86_AVX512.cores
-    assert [n.workgroups >= many for n in nests] == [False] * len(others) + [True]
-    assert any(p.sketch == fine.sketch and n.reg_tile == nests[-1].reg_tile
-               for p, n in zip(others, nests))
-    assert violations(ops, fine, target=X86_AVX512) == []
+    fine = [p for p, n in zip(seeds, nests) if n.workgroups >= many]
+    assert len(fine) == 1 and fine[0].sketch == seeds[0].sketch
+    assert len({p.sketch for p in seeds}) == 2  # one sketch's seeds come after it
+    at = seeds.index(fine[0])
+    assert all(p.sketch == fine[0].sketch for p in seeds[:at]) and at < 4
+    plain = [p for p in seeds[:at] if not any(isinstance(s, PackStep) for s in p.steps)]
+    assert any(root_nest(ops, p).reg_tile == nests[at].reg_tile for p in plain)
+    assert not any(isinstance(s, PackStep) for s in fine[0].steps)
+    assert violations(ops, fine[0], target=X86_AVX512) == []
+    assert fine[0] in SeededPolicy(_Inner(task), task, kernel_seeds).propose(4, set())
+    # Without the finer cut the same seeds remain, in the same order.
+    monkeypatch.setattr(KS, "FINE_WORKGROUPS_PER_CORE", KS.WORKGROUPS_PER_CORE)
+    assert kernel_seed_programs(ops, task.sketches, X86_AVX512) == seeds[:at] + seeds[at + 1:]

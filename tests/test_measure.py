@@ -695,64 +695,87 @@ def test_timed_runs_lower_the_caller_except_on_local_sync(mm_measurer, tools, mo
         assert started == [expect]
 
 
-_SUM_DIVIDES = """
+def _sum_then(name: str, term: str, arg: str) -> str:
+    """MLIR lines: %<name> = the row sums of `term` (a body computing %t from %a) over `arg`."""
+    return f"""
+  %{name} = linalg.generic {{indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}}
+      ins(%{arg} : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {{
+  ^bb0(%a: f32, %acc: f32):
+    {term}
+    %s = arith.addf %t, %acc : f32
+    linalg.yield %s : f32
+  }} -> tensor<4xf32>"""
+
+
+def _rows(name: str, body: str, ins: str, types: str, maps: str, out: str = "4x8") -> str:
+    """MLIR lines: %<name> = an elementwise generic over `ins` yielding %r of `body`."""
+    iters = '"parallel", "parallel"' if out == "4x8" else '"parallel"'
+    return f"""
+  %{name} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{iters}]}}
+      ins({ins} : {types}) outs(%o{out} : tensor<{out}xf32>) {{
+  ^bb0({", ".join(f"%b{i}: f32" for i in range(ins.count("%") + 1))}):
+    {body}
+    linalg.yield %r : f32
+  }} -> tensor<{out}xf32>"""
+
+
+# x: x / (sum(x + x) + 1), through an elementwise op before the sum: drawn positive. The
+# rest keep signed inputs: y / z divides elementwise; w's sum goes through exp before it
+# divides; u is summed as exp(u); v's divisor is a product.
+_SUM_DIVIDES = ("""
 #m = affine_map<(d0, d1) -> (d0, d1)>
 #r = affine_map<(d0, d1) -> (d0)>
 #v = affine_map<(d0) -> (d0)>
 func.func @main(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %z: tensor<4x8xf32>,
-                %w: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>) {
+                %w: tensor<4x8xf32>, %u: tensor<4x8xf32>, %v: tensor<4x8xf32>)
+    -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
-  %e = tensor.empty() : tensor<4xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
-  %sum = linalg.generic {indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}
-      ins(%x : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  %o4 = tensor.empty() : tensor<4xf32>
+  %o4x8 = tensor.empty() : tensor<4x8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%o4 : tensor<4xf32>) -> tensor<4xf32>"""
+    + _rows("x2", "%r = arith.addf %b0, %b0 : f32", "%x", "tensor<4x8xf32>", "#m, #m")
+    + _sum_then("xs", "%t = arith.addf %a, %a : f32", "x2")
+    + _rows("q", "%e = arith.addf %b1, %one : f32\n    %r = arith.divf %b0, %e : f32",
+            "%x, %xs", "tensor<4x8xf32>, tensor<4xf32>", "#m, #r, #m")
+    + _rows("p", "%r = arith.divf %b0, %b1 : f32", "%y, %z",
+            "tensor<4x8xf32>, tensor<4x8xf32>", "#m, #m, #m")
+    + _sum_then("ws", "%t = arith.addf %a, %a : f32", "w")
+    + _rows("we", "%r = math.exp %b0 : f32", "%ws", "tensor<4xf32>", "#v, #v", "4")
+    + _rows("sig", "%r = arith.divf %one, %b0 : f32", "%we", "tensor<4xf32>", "#v, #v", "4")
+    + _sum_then("us", "%t = math.exp %a : f32", "u")
+    + _rows("uq", "%r = arith.divf %b0, %b1 : f32", "%u, %us",
+            "tensor<4x8xf32>, tensor<4xf32>", "#m, #r, #m")
+    + """
+  %vm = linalg.generic {indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%v : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
   ^bb0(%a: f32, %acc: f32):
-    %s = arith.addf %a, %acc : f32
+    %t = arith.addf %a, %a : f32
+    %s = arith.mulf %t, %acc : f32
     linalg.yield %s : f32
-  } -> tensor<4xf32>
-  %o = tensor.empty() : tensor<4x8xf32>
-  %q = linalg.generic {indexing_maps = [#m, #r, #m], iterator_types = ["parallel", "parallel"]}
-      ins(%x, %sum : tensor<4x8xf32>, tensor<4xf32>) outs(%o : tensor<4x8xf32>) {
-  ^bb0(%a: f32, %s: f32, %out: f32):
-    %eps = arith.addf %s, %one : f32
-    %d = arith.divf %a, %eps : f32
-    linalg.yield %d : f32
-  } -> tensor<4x8xf32>
-  %p = linalg.generic {indexing_maps = [#m, #m, #m], iterator_types = ["parallel", "parallel"]}
-      ins(%y, %z : tensor<4x8xf32>, tensor<4x8xf32>) outs(%o : tensor<4x8xf32>) {
-  ^bb0(%a: f32, %b: f32, %out: f32):
-    %d = arith.divf %a, %b : f32
-    linalg.yield %d : f32
-  } -> tensor<4x8xf32>
-  %wsum = linalg.generic {indexing_maps = [#m, #r], iterator_types = ["parallel", "reduction"]}
-      ins(%w : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
-  ^bb0(%a: f32, %acc: f32):
-    %s = arith.addf %a, %acc : f32
-    linalg.yield %s : f32
-  } -> tensor<4xf32>
-  %sig = linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
-      ins(%wsum : tensor<4xf32>) outs(%e : tensor<4xf32>) {
-  ^bb0(%s: f32, %out: f32):
-    %n = arith.negf %s : f32
-    %x1 = math.exp %n : f32
-    %d1 = arith.addf %x1, %one : f32
-    %r1 = arith.divf %one, %d1 : f32
-    linalg.yield %r1 : f32
-  } -> tensor<4xf32>
-  return %q, %p, %sig : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>
+  } -> tensor<4xf32>"""
+    + _rows("vq", "%r = arith.divf %b0, %b1 : f32", "%v, %vm",
+            "tensor<4x8xf32>, tensor<4xf32>", "#m, #r, #m")
+    + """
+  return %q, %p, %sig, %uq, %vq
+      : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
-"""
+""")
 
 
 def test_inputs_summed_into_a_divisor_are_drawn_positive():
-    """x / (sum(x) + 1): x is drawn from [0, 1); y / z divides elementwise (no sum to
-    reorder) and a sigmoid's 1 / (1 + exp(-sum(w))) passes no cancellation to its
-    quotient: both keep signed inputs."""
+    """Only x, which a sum adds into a divisor through error-carrying ops, is drawn from
+    [0, 1) (see _SUM_DIVIDES), in the analyzed function and mapped to the runnable
+    module's inputs."""
+    from types import SimpleNamespace
+
     from mlir_ansor.tuner.validation import random_inputs, summed_divisor_inputs
 
     assert summed_divisor_inputs(_SUM_DIVIDES) == {0}
     assert summed_divisor_inputs(_SUM_DIVIDES, ["tensor<4x8xf32>"] * 2) == frozenset()
+    task = SimpleNamespace(task_mlir=_SUM_DIVIDES, arg_sources=(3, None, 0, 1, 2, 4),
+                           input_types=())
+    assert M.module_positive_inputs(task) == {3}
     f32 = np.dtype(np.float32)
     x, y = random_inputs([((4096,), f32)] * 2, 0, {}, frozenset({0}))
     assert x.min() >= 0 and x.max() < 1 and y.min() < 0 < y.max()
@@ -780,6 +803,8 @@ def test_a_reordered_sum_under_a_division_passes_on_positive_inputs():
         x, = random_inputs([((1536, 128), f32)], 0, {}, positive)
         ref, mag = normalise(x, "sequential"), normalise(absolute([x])[0], "sequential")
         assert (outputs_match([normalise(x, "chunks")], [ref], [mag]) == "") is passes
-    wrong = normalise(x, "chunks")
+    positive_x, = random_inputs([((1536, 128), f32)], 0, {}, frozenset({0}))
+    wrong = normalise(positive_x, "chunks")
     wrong[7, 3] *= 1.001
-    assert "elements off" in outputs_match([wrong], [ref], [mag])
+    ref = normalise(positive_x, "sequential")
+    assert "elements off" in outputs_match([wrong], [ref], [ref])

@@ -4,7 +4,7 @@ one loop that reuses the loaded vectors, by whole vectors of the output's contig
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
 in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
 (`_blocked`) a block of them sharing an L1-sized reduction chunk; and once per task the
-first plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's first batch
+first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's first batch
 measures them (on by default; `--no-kernel-seeds` turns them off); evolution mutates
 from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
 than what 48-96 trials of search had found (results.md).
@@ -190,13 +190,12 @@ def _square_transposes(op: OpInfo, target: Target) -> bool:
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
                          target: Target) -> list[Program]:
-    """Micro-kernel seeds per sketch with a multi-level-tiled root (packed, plain, blocked),
-    then the first plain one in finer workgroups, without duplicates (none for a GPU
-    target or an op without an outer-product register tile)."""
+    """Micro-kernel seeds per sketch with a multi-level-tiled root (packed, plain, blocked;
+    after the first sketch's, its plain one in finer workgroups), without duplicates (none
+    for a GPU target or an op without an outer-product register tile)."""
     if target.backend != "llvm-cpu":
         return []
     out: list[Program] = []
-    fine: Program | None = None
     for sk in sketches:
         if not sk.root or sk.gpu:
             continue
@@ -205,9 +204,7 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         if p is None:
             continue
         plain = _chunked(ops, root, p, target, REDUCTION_CHUNK)
-        if fine is None:
-            q = _seed(ops, sk, root, target, FINE_WORKGROUPS_PER_CORE)
-            fine = q and _chunked(ops, root, q, target, REDUCTION_CHUNK)
+        first = plain is not None and not out
         # The packed panel must fit the stack: smaller reduction chunks until it does.
         packed = None
         for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4):
@@ -215,11 +212,16 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
             packed = q and _packed(ops, sk, root, q, target)
             if packed is not None:
                 break
-        for q in (packed, plain, plain and _blocked(ops, root, plain, target)):
+        fine = None
+        if first:
+            q = _seed(ops, sk, root, target, FINE_WORKGROUPS_PER_CORE)
+            fine = q and _chunked(ops, root, q, target, REDUCTION_CHUNK)
+        # The fine seed right after its sketch's: a first batch of 4 still measures it,
+        # ahead of the second sketch's packed seed (the slowest seed of the batch matmuls
+        # and attention scores above).
+        for q in (packed, plain, plain and _blocked(ops, root, plain, target), fine):
             if q is not None and q not in out:
                 out.append(q)
-    if fine is not None and fine not in out:
-        out.append(fine)
     return out
 
 

@@ -151,17 +151,23 @@ def task_inputs(task: Task, seed: int, sample: SizeSample | None = None) -> list
                          module_positive_inputs(task))
 
 
+def _module_position(task: Task, pos: int) -> int | None:
+    """The runnable @main's input that argument `pos` of the analyzed task function loads
+    from (a slice of it, or in another order); None for a constant hoisted out."""
+    return task.arg_sources[pos] if pos < len(task.arg_sources) else None
+
+
 def module_index_bounds(task: Task) -> dict[int, int]:
     """Input position of the runnable @main -> exclusive bound, for inputs that index a
     tensor: the analyzed function's index arguments (validation.index_bounds) mapped to
-    the dispatch arguments they are loaded from (a slice of it, or in another order)."""
+    the dispatch arguments they are loaded from (`_module_position`)."""
     if not task.task_mlir:
         return {}
     if not task.arg_sources:  # (a task from before the mapping: positions must agree)
         return index_bounds(task.task_mlir, task.input_types)
     out: dict[int, int] = {}
     for pos, bound in index_bounds(task.task_mlir).items():
-        src = task.arg_sources[pos] if pos < len(task.arg_sources) else None
+        src = _module_position(task, pos)
         if src is not None:
             out[src] = min(out.get(src, bound), bound)
     return out
@@ -169,14 +175,14 @@ def module_index_bounds(task: Task) -> dict[int, int]:
 
 def module_positive_inputs(task: Task) -> frozenset[int]:
     """Input positions of the runnable @main drawn from [0, 1): the analyzed function's
-    arguments summed into a divisor (validation.summed_divisor_inputs), mapped as
+    arguments a sum adds into a divisor (validation.summed_divisor_inputs), mapped as
     `module_index_bounds` maps its bounds."""
     if not task.task_mlir:
         return frozenset()
     if not task.arg_sources:
         return summed_divisor_inputs(task.task_mlir, task.input_types)
-    return frozenset(task.arg_sources[pos] for pos in summed_divisor_inputs(task.task_mlir)
-                     if pos < len(task.arg_sources) and task.arg_sources[pos] is not None)
+    sources = (_module_position(task, p) for p in summed_divisor_inputs(task.task_mlir))
+    return frozenset(src for src in sources if src is not None)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 per-element error bound scaled by the magnitude of the computation.
 
 Inputs: floats uniform in [-1, 1] (signed: cancellations in a reduction are exercised),
-except those a reduction sums into a divisor (a softmax whose division IREE does not raise
-to its own op, a normalisation by a sum), which are drawn from [0, 1): a signed sum near
-zero makes the quotient as large and as sensitive to the order of the sum as the sum is
+except those a sum adds into a divisor (a softmax whose division IREE does not raise to
+its own op, a normalisation by a sum), which are drawn from [0, 1): a signed sum near
+zero makes the quotient as large, and as sensitive to the order of the sum, as the sum is
 small, so that a correct reordering would fail the bound; integers (and floats) that a
 dispatch uses as indices (`index_cast`, `fptosi`, a select's wrap of negative indices,
 into `tensor.extract`) cover the whole indexed dimension; other integers are signed;
@@ -19,15 +19,17 @@ own default build (the same math lowering) at rtol 1e-4; whole models with torch
 implementation of exp, erf and tanh, at 1e-3 (`MeasureConfig.model_rtol`)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 from iree.compiler import ir
 
+from mlir_ansor.dialect_helpers.dispatch import walk_ops
 from mlir_ansor.dialect_helpers.dynamic_sizes import CAST_OPS
 from mlir_ansor.dialect_helpers.tensor_building import defining
 
 SIGNED_INT_RANGE = 64  # non-index integers are drawn from [-64, 64]
+T = TypeVar("T")
 
 
 # What an index may come through on its way to a tensor.extract: integer casts and float
@@ -70,21 +72,33 @@ def _converted_input(generic: ir.Operation, result: int) -> int | None:
     return pos if pos is not None and pos < n_in else None
 
 
+def _task_function(task_mlir: str, arg_types: Sequence[str] | None,
+                   analyze: Callable[[ir.Operation, list[ir.Value]], T], empty: T) -> T:
+    """`analyze(func, args)` of the task function in `task_mlir`; `empty` unless its
+    arguments are the first of `arg_types` (the runnable module's inputs, which may add a
+    destination buffer), when given."""
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(task_mlir)
+        func = module.body.operations[0].operation
+        args = list(func.regions[0].blocks[0].arguments)
+        if arg_types is not None and \
+                [str(a.type) for a in args] != list(arg_types)[:len(args)]:
+            return empty
+        return analyze(func, args)
+
+
+def _n_inputs(generic: ir.Operation) -> int:
+    return ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])[0]
+
+
 def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict[int, int]:
     """Argument position -> exclusive upper bound, for arguments of the task function that
     index a tensor, directly or converted by an elementwise op first (IREE's bilinear
     sampling: fptosi of the positions, then the gather); empty unless its arguments are
-    the first of `arg_types` (the runnable module's inputs, which may add a destination
-    buffer), when given."""
-    out: dict[int, int] = {}
-    with ir.Context() as ctx:
-        ctx.allow_unregistered_dialects = True
-        module = ir.Module.parse(task_mlir)
-        func = module.body.operations[0]
-        args = list(func.regions[0].blocks[0].arguments)
-        if arg_types is not None and \
-                [str(a.type) for a in args] != list(arg_types)[:len(args)]:
-            return out
+    the first of `arg_types`, when given (`_task_function`)."""
+    def analyze(func: ir.Operation, args: list[ir.Value]) -> dict[int, int]:
+        out: dict[int, int] = {}
 
         def bound_value(src: ir.Value, b: int) -> None:
             if src in args:
@@ -97,111 +111,96 @@ def index_bounds(task_mlir: str, arg_types: Sequence[str] | None = None) -> dict
                 if i is not None:
                     bound_value(owner.operands[i], b)
 
-        def visit(op: ir.Operation) -> None:
-            if op.name == "linalg.generic":
-                n_in = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
-                block = op.regions[0].blocks[0]
-                for i in range(n_in):
-                    b = _index_bound(block.arguments[i])
-                    if b is not None:
-                        bound_value(op.operands[i], b)
-            for region in op.regions:
-                for blk in region.blocks:
-                    for inner in blk.operations:
-                        visit(inner.operation)
+        for op in walk_ops(func, "linalg.generic"):
+            block = op.regions[0].blocks[0]
+            for i in range(_n_inputs(op)):
+                b = _index_bound(block.arguments[i])
+                if b is not None:
+                    bound_value(op.operands[i], b)
+        return out
 
-        visit(func.operation)
-    return out
+    return _task_function(task_mlir, arg_types, analyze, {})
 
 
-# Ops through which a sum's cancellation reaches a quotient: a sum near zero stays near
-# zero through them. Others (exp, a sigmoid's 1 + exp(-x), max) end the path.
-_LINEAR_OPS = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.negf",
-                         "arith.extf", "arith.truncf", "math.sqrt", "math.rsqrt"})
+# Ops that pass a value's relative error on to their result: a sum's cancellation error
+# reaches a quotient through them. Others (exp, max, a sigmoid's 1 + exp(-x)) end the path:
+# what comes out of them does not cancel.
+_ERROR_CARRYING_OPS = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf",
+                                 "arith.negf", "arith.extf", "arith.truncf", "math.sqrt",
+                                 "math.rsqrt"})
 
 
-def _body_ops(op: ir.Operation) -> set[str]:
-    return {o.operation.name for o in op.regions[0].blocks[0].operations} - {"linalg.yield"}
+def _body_ops(generic: ir.Operation) -> set[str]:
+    return {o.operation.name for o in generic.regions[0].blocks[0].operations} - {
+        "linalg.yield"}
 
 
-def _is_sum(op: ir.Operation) -> bool:
-    """A linalg.generic that reduces by adding."""
-    return op.name == "linalg.generic" and "arith.addf" in _body_ops(op) and any(
-        "reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+def _carries(generic: ir.Operation) -> bool:
+    return _body_ops(generic) <= _ERROR_CARRYING_OPS
 
 
-def _linalg_inputs(op: ir.Operation) -> list[ir.Value]:
-    """A generic's inputs (not its inits); any other op's operands."""
-    if op.name != "linalg.generic":
-        return list(op.operands)
-    n_in = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
-    return list(op.operands)[:n_in]
+def _is_sum(generic: ir.Operation) -> bool:
+    """A reduction that yields an addf, its body of error-carrying ops only (sum(exp(x)),
+    a max and a product are not sums that can cancel)."""
+    if not any("reduction" in str(t) for t in ir.ArrayAttr(generic.attributes["iterator_types"])):
+        return False
+    yielded = defining(list(generic.regions[0].blocks[0].operations)[-1].operands[0])
+    return _carries(generic) and yielded is not None and yielded.name == "arith.addf"
+
+
+def _body_inputs(value: ir.Value, block_args: list[ir.Value], seen: list[ir.Operation]
+                 ) -> set[int]:
+    """The block arguments of a generic's body that `value` is computed from through
+    error-carrying ops."""
+    if value in block_args:
+        return {block_args.index(value)}
+    owner = defining(value)
+    if owner is None or owner.name not in _ERROR_CARRYING_OPS or any(owner == o for o in seen):
+        return set()
+    seen.append(owner)
+    return set().union(*(_body_inputs(v, block_args, seen) for v in owner.operands))
 
 
 def summed_divisor_inputs(task_mlir: str, arg_types: Sequence[str] | None = None
                           ) -> frozenset[int]:
-    """Positions of the float arguments of the task function that a reduction sums into a
-    divisor (an `arith.divf`'s right operand in a linalg.generic, through any ops before
-    the sum and `_LINEAR_OPS` after it); empty unless its arguments are the first of
-    `arg_types`, when given (as `index_bounds`)."""
-    out: set[int] = set()
-    with ir.Context() as ctx:
-        ctx.allow_unregistered_dialects = True
-        module = ir.Module.parse(task_mlir)
-        func = module.body.operations[0]
-        args = list(func.regions[0].blocks[0].arguments)
-        if arg_types is not None and \
-                [str(a.type) for a in args] != list(arg_types)[:len(args)]:
-            return frozenset()
-
+    """Positions of the float arguments of the task function that a sum (`_is_sum`) adds
+    into a divisor (an `arith.divf`'s right operand in a linalg.generic), with only
+    error-carrying ops (`_ERROR_CARRYING_OPS`: in generics, and tensor reshapes and slices
+    between them) on the way from the argument to the divisor; empty unless its arguments
+    are the first of `arg_types`, when given (`_task_function`)."""
+    def analyze(func: ir.Operation, args: list[ir.Value]) -> frozenset[int]:
+        out: set[int] = set()
         visited: list[tuple[ir.Operation, bool]] = []
 
         def sources(value: ir.Value, summed: bool) -> None:
-            # The function arguments `value` is computed from, kept if a reduction is on
-            # the way; each producer is followed once either way.
+            # The arguments `value` is computed from, kept if a sum is on the way; each
+            # producer is followed once either way.
             if value in args:
-                element = (ir.ShapedType(value.type).element_type
-                           if isinstance(value.type, ir.ShapedType) else value.type)
-                if summed and isinstance(element, ir.FloatType):
+                if summed:
                     out.add(args.index(value))
                 return
             owner = defining(value)
             if owner is None or any(o == owner and s == summed for o, s in visited):
                 return
             visited.append((owner, summed))
-            if not summed and owner.name == "linalg.generic" and not _is_sum(owner) \
-                    and not _body_ops(owner) <= _LINEAR_OPS:
-                return  # between the sum and the division: no cancellation passes it
-            for v in _linalg_inputs(owner):
-                sources(v, summed or _is_sum(owner))
+            if owner.name == "linalg.generic" and (_is_sum(owner) or _carries(owner)):
+                for v in list(owner.operands)[:_n_inputs(owner)]:
+                    sources(v, summed or _is_sum(owner))
+            elif owner.name.startswith("tensor."):  # reshapes, slices, casts
+                for v in owner.operands:
+                    sources(v, summed)
 
-        def body_inputs(value: ir.Value, block_args: list, seen: list) -> set[int]:
-            # The block arguments of a generic's body that `value` depends on.
-            if value in block_args:
-                return {block_args.index(value)}
-            owner = defining(value)
-            if owner is None or owner.name not in _LINEAR_OPS or any(owner == o for o in seen):
-                return set()
-            seen.append(owner)
-            return set().union(*(body_inputs(v, block_args, seen) for v in owner.operands))
+        for op in walk_ops(func, "linalg.generic"):
+            block = op.regions[0].blocks[0]
+            block_args = list(block.arguments)
+            for inner in block.operations:
+                if inner.operation.name == "arith.divf":
+                    for i in _body_inputs(inner.operands[1], block_args, []):
+                        if i < _n_inputs(op):
+                            sources(op.operands[i], False)
+        return frozenset(out)
 
-        def visit(op: ir.Operation) -> None:
-            if op.name == "linalg.generic":
-                n_in = len(_linalg_inputs(op))
-                block = op.regions[0].blocks[0]
-                block_args = list(block.arguments)
-                for inner in block.operations:
-                    if inner.operation.name == "arith.divf":
-                        for i in body_inputs(inner.operands[1], block_args, []):
-                            if i < n_in:
-                                sources(op.operands[i], False)
-            for region in op.regions:
-                for blk in region.blocks:
-                    for inner in blk.operations:
-                        visit(inner.operation)
-
-        visit(func.operation)
-    return frozenset(out)
+    return _task_function(task_mlir, arg_types, analyze, frozenset())
 
 
 def random_inputs(types: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int,
