@@ -10,6 +10,10 @@ from helpers import payload, print_strategy
 
 print_strategy(payload("softmax_197"), 0, seed=0)
 # CHECK: // sketch: Plain
+# Its division by the row's sum may multiply by the reciprocal.
+# CHECK: %[[DIV:.*]] = transform.structured.match ops{["arith.divf"]}
+# CHECK: %[[ARCP:.*]] = transform.param.constant #arith.fastmath<arcp>
+# CHECK: transform.annotate %[[DIV]] "fastmath" = %[[ARCP]]
 # CHECK: transform.structured.tile_using_forall
 # The row max, then the sum of exponentials: partial results, the partial last chunk peeled.
 # CHECK: %{{.*}}, %{{.*}}, %{{.*}}, %[[L1:.*]] = transform.structured.tile_reduction_using_for %{{.*}} by tile_sizes = [0, 16]
