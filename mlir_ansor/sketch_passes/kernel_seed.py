@@ -4,9 +4,9 @@ one loop that reuses the loaded vectors, by whole vectors of the output's contig
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
 in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
 (`_blocked`) a block of them sharing an L1-sized reduction chunk; and once per task the
-first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's first batch
-measures them (on by default; `--no-kernel-seeds` turns them off); evolution mutates
-from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
+first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's
+first batch measures them (on by default; `--no-kernel-seeds` turns them off); evolution
+mutates from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
 than what 48-96 trials of search had found (results.md).
 """
 from __future__ import annotations
@@ -179,10 +179,10 @@ def _square_transposes(op: OpInfo, target: Target) -> bool:
     (`transposed_inputs`): one vector of lanes by a reduction tile of one vector, which
     the emitter lowers with a shuffle network (`SQUARE_TRANSPOSE` wide: only on targets of
     that many f32 lanes; on others the emitter moves a transposed tile element by element
-    whatever its shape) and over one reduction loop that a vector divides. Attention scores with the keys' transpose
-    propagated, 12 x 128 x 128 x 64, side by side: lanes x reduction 64 x 4 (4 rows) 0.327
-    ms, 16 x 16 with 4 / 8 / 16 rows 0.248 / 0.215 / 0.185; the seeds before, 64 x 8,
-    0.36-0.42 (Xeon VM, 2026-11-29)."""
+    whatever its shape) and over one reduction loop that a vector divides. Attention
+    scores with the keys' transpose propagated, 12 x 128 x 128 x 64, side by side: lanes x
+    reduction 64 x 4 (4 rows) 0.327 ms, 16 x 16 with 4 / 8 / 16 rows 0.248 / 0.215 /
+    0.185; the seeds before, 64 x 8, 0.36-0.42 (Xeon VM, 2026-11-29)."""
     lanes = target.f32_lanes
     return (lanes == SQUARE_TRANSPOSE and bool(transposed_inputs(op))
             and len(op.reduction_dims) == 1 and op.extents[op.reduction_dims[0]] % lanes == 0)
