@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from mlir_ansor.dialect_helpers.activation_layout import (hoist_transposes_above_pads,
+from mlir_ansor.dialect_helpers.activation_layout import (hoist_transposes_above_expands,
+                                                          hoist_transposes_above_pads,
                                                           sink_transposes_below_pads,
                                                           to_channels_last)
 from mlir_ansor.dialect_helpers.dispatch import walk_ops
@@ -228,6 +229,63 @@ def test_a_channels_first_image_padded_for_a_depthwise_conv_is_read_channels_las
             src = t.operands[0].owner
             assert isinstance(src, ir.Block) or src.name != "tensor.pad", text
     assert_computes_torchs_numbers(text, model, (x,), tools, tmp_path)
+
+
+def test_a_transpose_after_a_channel_split_moves_before_it_where_the_split_stays_whole():
+    from iree.compiler import ir
+
+    body = """
+      %s = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 3, 4, 5]
+          : tensor<1x6x4x5xf32> into tensor<1x2x3x4x5xf32>
+      %e = tensor.empty() : tensor<1x4x5x2x3xf32>
+      %u = linalg.transpose ins(%s : tensor<1x2x3x4x5xf32>) outs(%e : tensor<1x4x5x2x3xf32>)
+          permutation = [0, 3, 4, 1, 2]
+      %r = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 3, 4, 5]
+          : tensor<1x6x4x5xf32> into tensor<1x2x3x4x5xf32>
+      %e2 = tensor.empty() : tensor<1x4x5x3x2xf32>
+      %v = linalg.transpose ins(%r : tensor<1x2x3x4x5xf32>) outs(%e2 : tensor<1x4x5x3x2xf32>)
+          permutation = [0, 3, 4, 2, 1]
+      %r2 = tensor.expand_shape %y [[0, 1], [2, 3]] output_shape [2, 3, 4, 5]
+          : tensor<6x20xf32> into tensor<2x3x4x5xf32>
+      %e3 = tensor.empty() : tensor<4x3x2x5xf32>
+      %w = linalg.transpose ins(%r2 : tensor<2x3x4x5xf32>) outs(%e3 : tensor<4x3x2x5xf32>)
+          permutation = [2, 1, 0, 3]
+      return %u, %v, %w : tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>"""
+    text = linalg_func("%x: tensor<1x6x4x5xf32>, %y: tensor<6x20xf32>",
+                       "(tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>)", body)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        # %u keeps the split [2, 3] together and in order: it moves; %v swaps its parts;
+        # %w starts with a group's first dim but breaks both groups up.
+        assert hoist_transposes_above_expands(module) == 1
+        assert module.operation.verify()
+        out = str(module)
+    assert "permutation = [0, 2, 3, 1]" in out, out
+    assert "tensor.expand_shape %transposed [[0], [1], [2], [3, 4]] output_shape [1, 4, 5, 2, 3]" \
+        in out, out
+    assert "permutation = [0, 3, 4, 2, 1]" in out and "permutation = [2, 1, 0, 3]" in out, out
+
+
+def test_a_grouped_convs_channels_last_input_is_padded_channels_last(tools, tmp_path):
+    """A grouped conv splits its channels between its input's pad and its own transpose:
+    with the model's input exchanged channels-last, the pad pads that input and no
+    transpose is left before the conv (its input transpose fused into the pad's copy made
+    GRP-b1's conv read [G, C, H, W])."""
+    from iree.compiler import ir
+
+    torch.manual_seed(0)
+    model = nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False).eval()
+    wrapped, inputs = wrap_channels_last("grouped", model, (torch.randn(1, 8, 6, 6),))
+    text = to_channels_last(import_model(wrapped, inputs))
+    with ir.Context():
+        module = ir.Module.parse(text)
+        pads = list(walk_ops(module.operation, "tensor.pad"))
+        assert len(pads) == 1 and isinstance(pads[0].operands[0].owner, ir.Block), text
+        conv = next(op for op in walk_ops(module.operation, "linalg.generic")
+                    if "reduction" in str(op.attributes["iterator_types"]))
+        src = conv.operands[0].owner
+        assert src.name == "tensor.expand_shape" and src.operands[0].owner.name == "tensor.pad", text
+    assert_computes_torchs_numbers(text, wrapped, inputs, tools, tmp_path)
 
 
 _DEPTHWISE_NHWC = """

@@ -23,6 +23,7 @@ from iree.compiler.passmanager import PassManager
 
 from mlir_ansor.dialect_helpers.dispatch import defined_within, walk_ops
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError
+from mlir_ansor.dialect_helpers.tensor_building import reassociation
 
 # The named channels-first convolutions torch-mlir emits that the pass converts (any conv
 # with one input and one output channel dim: 1-, 2- and 3-D; not grouped or depthwise ones,
@@ -235,6 +236,64 @@ def hoist_transposes_above_pads(module: ir.Module) -> int:
     return moved
 
 
+def _groups(op: ir.Operation) -> list[list[int]]:
+    """The reassociation of a tensor.expand_shape / collapse_shape: per source dim, the
+    result dims it becomes."""
+    return [[ir.IntegerAttr(k).value for k in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _group_order(groups: list[list[int]], perm: list[int]) -> list[int] | None:
+    """The order of `groups` (of an expand_shape's result dims) in `perm` (a transpose of
+    that result), where each group stays together and in order in `perm`; else None."""
+    order, i = [], 0
+    while i < len(perm):
+        g = next((k for k, grp in enumerate(groups) if grp[0] == perm[i]), None)
+        if g is None or perm[i:i + len(groups[g])] != groups[g]:
+            return None
+        order.append(g)
+        i += len(groups[g])
+    return order
+
+
+def hoist_transposes_above_expands(module: ir.Module) -> int:
+    """Rewrite `transpose(expand_shape(y), p)` as `expand_shape'(transpose(y, q))` where
+    the transpose is the expand's only user, shapes are static and `p` keeps every split
+    dim's parts together and in order (in place; returns how many). A grouped conv splits
+    its channels (C -> G x Cg) between its input's pad and its own transpose to
+    channels-last: with the transpose before the split it meets the pad, and from there
+    the transpose of a channels-last input (`sink_transposes_below_pads`), so the two
+    cancel. Else the pad stayed channels-first and IREE fused the input's transpose into
+    its copy (GRP-b1's grouped conv read its input as [G, C, H, W])."""
+    moved = 0
+    for op in walk_ops(module.operation, "linalg.transpose"):
+        expand = _op_of(op.operands[0])
+        if expand is None or expand.name != "tensor.expand_shape" or \
+                len(list(expand.results[0].uses)) != 1:
+            continue
+        y = expand.operands[0]
+        if not (ir.RankedTensorType(y.type).has_static_shape and
+                ir.RankedTensorType(op.results[0].type).has_static_shape):
+            continue
+        groups = _groups(expand)
+        order = _group_order(groups, _permutation(op))
+        if order is None:
+            continue
+        new_groups, at = [], 0
+        for g in order:
+            new_groups.append(list(range(at, at + len(groups[g]))))
+            at += len(groups[g])
+        out = ir.RankedTensorType(op.results[0].type)
+        with ir.InsertionPoint(op), op.location:
+            result = tensor.ExpandShapeOp(out, transposed(y, order), reassociation(new_groups),
+                                          [], list(out.shape)).result
+        op.results[0].replace_all_uses_with(result)
+        op.erase()
+        expand.erase()
+        moved += 1
+    return moved
+
+
 def _broadcast_map(m: ir.AffineMap, rank: int) -> bool:
     """Whether `m` reads a lower-rank operand of an elementwise op (a per-channel scale, a
     bias): its results are loops or constants, fewer loops than `rank`."""
@@ -370,6 +429,7 @@ def to_channels_last(model_mlir: str) -> str:
             # down a chain of generics, then past a pad).
             for _ in range(_SINK_ROUNDS):
                 if not (sink_transposes_below_generics(module) +
+                        hoist_transposes_above_expands(module) +
                         sink_transposes_below_pads(module)):
                     break
                 PassManager.parse(_TIDY).run(module.operation)
