@@ -29,4 +29,8 @@ print_strategy(payload("softmax_197"), 0, seed=0)
 # The partial sums climb out of the full chunks' loops.
 # CHECK: transform.loop.hoist_loop_invariant_subsets %[[F1]]
 # CHECK: transform.loop.hoist_loop_invariant_subsets %[[F2]]
+# Once lowered, a vector's horizontal reduction may reassociate (a tree, not 16 chained adds).
+# CHECK: %[[RED:.*]] = transform.structured.match ops{["vector.reduction"]}
+# CHECK: %[[REASSOC:.*]] = transform.param.constant #arith.fastmath<reassoc>
+# CHECK: transform.annotate %[[RED]] "fastmath" = %[[REASSOC]]
 # CHECK: transform.annotate %{{.*}} "translation_info"

@@ -22,9 +22,10 @@ EW = """func.func @main(%a: tensor<32x64xf32>) -> tensor<32x64xf32> {
 print_strategy(EW, 0, seed=0)
 # CHECK: // sketch: AlwaysInline
 # CHECK: %[[H:.*]]:2 = transform.split_handle
-# No division: no fastmath annotation.
+# No division and no reduction: no fastmath annotation.
 # CHECK-NOT: fastmath
 # CHECK: transform.structured.tile_using_forall %[[H]]#1
 # CHECK: transform.structured.fuse_into_containing_op %[[H]]#0
 # CHECK-COUNT-2: transform.structured.vectorize
 # CHECK-NOT: transform.loop.unroll
+# CHECK-NOT: fastmath
