@@ -29,7 +29,9 @@ print_strategy(payload("softmax_197"), 0, seed=0)
 # The partial sums climb out of the full chunks' loops.
 # CHECK: transform.loop.hoist_loop_invariant_subsets %[[F1]]
 # CHECK: transform.loop.hoist_loop_invariant_subsets %[[F2]]
-# Once lowered, a vector's horizontal reduction may reassociate (a tree, not 16 chained adds).
+# Once lowered, a vector's horizontal reduction may reassociate (a tree, not 16 chained adds):
+# the multi-reductions are lowered to vector.reduction ops first.
+# CHECK: transform.apply_patterns.vector.multi_reduction_unrolling
 # CHECK: %[[RED:.*]] = transform.structured.match ops{["vector.reduction"]}
 # CHECK: %[[REASSOC:.*]] = transform.param.constant #arith.fastmath<reassoc>
 # CHECK: transform.annotate %[[RED]] "fastmath" = %[[REASSOC]]

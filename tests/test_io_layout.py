@@ -250,13 +250,21 @@ def test_a_transpose_after_a_channel_split_moves_before_it_where_the_split_stays
       %e3 = tensor.empty() : tensor<4x3x2x5xf32>
       %w = linalg.transpose ins(%r2 : tensor<2x3x4x5xf32>) outs(%e3 : tensor<4x3x2x5xf32>)
           permutation = [2, 1, 0, 3]
-      return %u, %v, %w : tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>"""
+      %s2 = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 3, 4, 5]
+          : tensor<1x6x4x5xf32> into tensor<1x2x3x4x5xf32>
+      %a1 = linalg.transpose ins(%s2 : tensor<1x2x3x4x5xf32>) outs(%e : tensor<1x4x5x2x3xf32>)
+          permutation = [0, 3, 4, 1, 2]
+      %a2 = linalg.transpose ins(%s2 : tensor<1x2x3x4x5xf32>) outs(%e : tensor<1x4x5x2x3xf32>)
+          permutation = [0, 3, 4, 1, 2]
+      return %u, %v, %w, %a1, %a2 : tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>,
+          tensor<4x3x2x5xf32>, tensor<1x4x5x2x3xf32>, tensor<1x4x5x2x3xf32>"""
     text = linalg_func("%x: tensor<1x6x4x5xf32>, %y: tensor<6x20xf32>",
-                       "(tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>)", body)
+                       "(tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>, "
+                       "tensor<1x4x5x2x3xf32>, tensor<1x4x5x2x3xf32>)", body)
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         # %u keeps the split [2, 3] together and in order: it moves; %v swaps its parts;
-        # %w starts with a group's first dim but breaks both groups up.
+        # %w starts with a group's first dim but breaks both groups up; %s2 has two users.
         assert hoist_transposes_above_expands(module) == 1
         assert module.operation.verify()
         out = str(module)
@@ -264,6 +272,7 @@ def test_a_transpose_after_a_channel_split_moves_before_it_where_the_split_stays
     assert "tensor.expand_shape %transposed [[0], [1], [2], [3, 4]] output_shape [1, 4, 5, 2, 3]" \
         in out, out
     assert "permutation = [0, 3, 4, 2, 1]" in out and "permutation = [2, 1, 0, 3]" in out, out
+    assert out.count("permutation = [0, 3, 4, 1, 2]") == 2, out
 
 
 def test_a_grouped_convs_channels_last_input_is_padded_channels_last(tools, tmp_path):

@@ -63,3 +63,10 @@ def reassociation(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, k) for k in g])
                              for g in groups])
+
+
+def reassociation_groups(op: ir.Operation) -> list[list[int]]:
+    """The dimension groups of a tensor.expand_shape / collapse_shape op (the inverse of
+    `reassociation`): per source dim of an expand, the result dims it becomes."""
+    return [[ir.IntegerAttr(k).value for k in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]

@@ -433,6 +433,13 @@ def dedupe_fused(h: dict[str, ir.Value], ops: Sequence[OpInfo], anchor: OpInfo) 
                 h[o.name] = transform.MergeHandlesOp([h[o.name]], deduplicate=True).result
 
 
+def _fastmath(tb: tbm.TB, func: ir.Value, op_name: str, flags: str) -> None:
+    """Annotate every `op_name` in `func` with `#arith.fastmath<flags>` (the op's inherent
+    fastmath attribute; vectorization keeps it)."""
+    tb.annotate(tb.match_names(func, [op_name]), "fastmath",
+                ir.Attribute.parse(f"#arith.fastmath<{flags}>"))
+
+
 def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
     """Insert `transform.named_sequence @name(%module)` at the current insertion point."""
     plan = TilePlan(ops, program)
@@ -447,8 +454,7 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
             # by a row's vectors (a softmax's sum) is then divided once, as torch's softmax
             # does (TBS-b1's: its 4 vdivps became one scalar division and multiplies,
             # 0.0958 -> 0.0908 ms).
-            tb.annotate(tb.match_names(func, ["arith.divf"]), "fastmath",
-                        ir.Attribute.parse("#arith.fastmath<arcp>"))
+            _fastmath(tb, func, "arith.divf", "arcp")
 
         # Ops the vectorizer rejects stay scalar (OpInfo.scalar); gathers (tensor.extract
         # at computed indices) vectorized would become n-D vector.gather ops the LLVM
@@ -664,12 +670,13 @@ def build_strategy(ops: Sequence[OpInfo], program: Program, name: str) -> None:
                 t == (SQUARE_TRANSPOSE, SQUARE_TRANSPOSE) for t in transposed)))
         tb.cse(func)
         if any(o.reduction_dims for o in ops):
-            # A vector's horizontal reduction may reassociate (as IREE's own pipeline lets
-            # LLVM: --iree-llvmcpu-reassociate-fp-reductions); the split reduction already
-            # reordered the sum. Without it, LLVM adds the 16 lanes one after another
-            # (TBS-b1's softmax, its two row reductions: 0.1051 -> 0.0935 ms).
-            tb.annotate(tb.match_names(func, ["vector.reduction"]), "fastmath",
-                        ir.Attribute.parse("#arith.fastmath<reassoc>"))
+            # A vector's horizontal reduction may reassociate, as IREE's own pipeline lets
+            # LLVM at its default -O2 (--iree-llvmcpu-reassociate-fp-reductions, which
+            # does not reach a strategy's lowering); the split reduction already reordered
+            # the sum. Without it, LLVM adds the 16 lanes one after another (TBS-b1's
+            # softmax, its two row reductions: 0.1051 -> 0.0935 ms). After lower_vectors:
+            # the multi-reductions it lowers are the vector.reduction ops matched here.
+            _fastmath(tb, func, "vector.reduction", "reassoc")
         if any(k.startswith("math.") for o in ops for k in o.body_kinds):
             # Vector exp/tanh/erf as polynomials, as IREE's own pipeline does (LLVM would
             # scalarize them into libm calls).
