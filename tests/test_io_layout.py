@@ -139,9 +139,19 @@ def test_boundary_transposes_cancel_through_the_pad(tools, tmp_path):
     assert_computes_torchs_numbers(text, wrapped, cl, tools, tmp_path)
 
 
-def test_pads_fed_by_a_transpose_are_moved_only_where_transposes_use_them():
+def _rewritten_once(text: str, rule) -> str:
+    """`text` after `rule` (one of activation_layout's rewrites), which must rewrite exactly
+    one op and leave a module that verifies."""
     from iree.compiler import ir
 
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        assert rule(module) == 1
+        assert module.operation.verify()
+        return str(module)
+
+
+def test_pads_fed_by_a_transpose_are_moved_only_where_transposes_use_them():
     body = """
       %e = tensor.empty() : tensor<1x4x6x5xf32>
       %t = linalg.transpose ins(%x : tensor<1x6x5x4xf32>) outs(%e : tensor<1x4x6x5xf32>)
@@ -161,19 +171,13 @@ def test_pads_fed_by_a_transpose_are_moved_only_where_transposes_use_them():
       return %u, %q : tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>"""
     text = linalg_func("%x: tensor<1x6x5x4xf32>", "(tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>)",
                        body)
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        # %p (only a transpose uses it) moves; %q (returned) stays.
-        assert sink_transposes_below_pads(module) == 1
-        assert module.operation.verify()
-        out = str(module)
+    # %p (only a transpose uses it) moves; %q (returned) stays.
+    out = _rewritten_once(text, sink_transposes_below_pads)
     # The moved pad pads %x's own dims (H low 1 high 1, W low 2): [N, H, W, C].
     assert "tensor.pad %arg0 low[0, 1, 2, 0] high[0, 1, 0, 0]" in out, out
 
 
 def test_a_transpose_after_a_pad_of_a_channels_first_image_moves_before_it():
-    from iree.compiler import ir
-
     body = """
       %c = arith.constant 0.0 : f32
       %p = tensor.pad %x low[0, 0, 1, 2] high[0, 0, 1, 0] {
@@ -193,12 +197,8 @@ def test_a_transpose_after_a_pad_of_a_channels_first_image_moves_before_it():
       return %u, %v, %q : tensor<1x8x7x4xf32>, tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>"""
     text = linalg_func("%x: tensor<1x4x6x5xf32>",
                        "(tensor<1x8x7x4xf32>, tensor<1x8x7x4xf32>, tensor<1x4x8x7xf32>)", body)
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        # %u's pad has no other user: the transpose moves before it; %q is also returned.
-        assert hoist_transposes_above_pads(module) == 1
-        assert module.operation.verify()
-        out = str(module)
+    # %u's pad has no other user: the transpose moves before it; %q is also returned.
+    out = _rewritten_once(text, hoist_transposes_above_pads)
     assert "linalg.transpose ins(%arg0 : tensor<1x4x6x5xf32>)" in out, out
     # The pad now pads the transposed [N, H, W, C] dims: H low 1 high 1, W low 2.
     assert "low[0, 1, 2, 0] high[0, 1, 0, 0]" in out, out
@@ -232,8 +232,6 @@ def test_a_channels_first_image_padded_for_a_depthwise_conv_is_read_channels_las
 
 
 def test_a_transpose_after_a_channel_split_moves_before_it_where_the_split_stays_whole():
-    from iree.compiler import ir
-
     body = """
       %s = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 3, 4, 5]
           : tensor<1x6x4x5xf32> into tensor<1x2x3x4x5xf32>
@@ -261,13 +259,9 @@ def test_a_transpose_after_a_channel_split_moves_before_it_where_the_split_stays
     text = linalg_func("%x: tensor<1x6x4x5xf32>, %y: tensor<6x20xf32>",
                        "(tensor<1x4x5x2x3xf32>, tensor<1x4x5x3x2xf32>, tensor<4x3x2x5xf32>, "
                        "tensor<1x4x5x2x3xf32>, tensor<1x4x5x2x3xf32>)", body)
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        # %u keeps the split [2, 3] together and in order: it moves; %v swaps its parts;
-        # %w starts with a group's first dim but breaks both groups up; %s2 has two users.
-        assert hoist_transposes_above_expands(module) == 1
-        assert module.operation.verify()
-        out = str(module)
+    # %u keeps the split [2, 3] together and in order: it moves; %v swaps its parts;
+    # %w starts with a group's first dim but breaks both groups up; %s2 has two users.
+    out = _rewritten_once(text, hoist_transposes_above_expands)
     assert "permutation = [0, 2, 3, 1]" in out, out
     assert "tensor.expand_shape %transposed [[0], [1], [2], [3, 4]] output_shape [1, 4, 5, 2, 3]" \
         in out, out
