@@ -287,7 +287,8 @@ def test_a_grouped_convs_channels_last_input_is_padded_channels_last(tools, tmp_
         conv = next(op for op in walk_ops(module.operation, "linalg.generic")
                     if "reduction" in str(op.attributes["iterator_types"]))
         src = conv.operands[0].owner
-        assert src.name == "tensor.expand_shape" and src.operands[0].owner.name == "tensor.pad", text
+        assert src.name == "tensor.expand_shape", text
+        assert src.operands[0].owner.name == "tensor.pad", text
     assert_computes_torchs_numbers(text, wrapped, inputs, tools, tmp_path)
 
 

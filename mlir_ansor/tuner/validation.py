@@ -183,8 +183,9 @@ def summed_divisor_inputs(task_mlir: str, arg_types: Sequence[str] | None = None
             if owner is None or any(o == owner and s == summed for o, s in visited):
                 return
             visited.append((owner, summed))
-            is_sum = owner.name == "linalg.generic" and _is_sum(owner)
-            if is_sum or (owner.name == "linalg.generic" and _carries(owner)):
+            generic = owner.name == "linalg.generic"
+            is_sum = generic and _is_sum(owner)
+            if is_sum or (generic and _carries(owner)):
                 for v in list(owner.operands)[:_n_inputs(owner)]:
                     sources(v, summed or is_sum)
             elif owner.name.startswith("tensor."):  # reshapes, slices, casts
