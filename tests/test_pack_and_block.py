@@ -3,6 +3,7 @@ get them, what is valid, how the search edits them, what the cost model sees, an
 programs compile, apply and match."""
 import math
 import random
+from dataclasses import replace
 from collections import Counter
 
 import pytest
@@ -17,7 +18,7 @@ from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
 from mlir_ansor.tuner.status import Status
 from tests.conftest import ELEMENTWISE, MATMUL, ops_of, prepared_measurer
-from tests.test_peel import matmul
+from tests.test_peel import matmul, matmul_relu
 
 R = "op1_matmul"
 
@@ -56,6 +57,22 @@ def test_pack_candidates_are_reused_inputs_of_a_reduction():
     assert not any(violations(ops, p) for p in packed)
 
 
+def relu_of_a_matmul(m, k, n):
+    """`matmul` whose A is computed in the dispatch (an elementwise relu of an argument)."""
+    text = matmul(m, k, n)
+    relu = f"""
+  %ea = tensor.empty() : tensor<{m}x{k}xf32>
+  %ra = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+       iterator_types = ["parallel", "parallel"]}} ins(%a : tensor<{m}x{k}xf32>)
+       outs(%ea : tensor<{m}x{k}xf32>) {{
+    ^bb0(%x: f32, %o: f32):
+      %z = arith.maximumf %x, %c0 : f32
+      linalg.yield %z : f32
+  }} -> tensor<{m}x{k}xf32>
+  %r = linalg.matmul ins(%ra, %b"""
+    return text.replace("  %r = linalg.matmul ins(%a, %b", relu)
+
+
 def test_what_a_packed_program_may_not_be():
     ops = ops_of(matmul(256, 512, 384))
     sk = plain_mlt(generate_sketches(ops, default_cpu_rules()))
@@ -64,11 +81,37 @@ def test_what_a_packed_program_may_not_be():
     # The B slice of a k step of 512 under 64 columns: 128 KiB, over the stack limit.
     big = program(sk, (2, 8, 8), (3, 2, 32), (512, 1), pack=1)
     assert any("exceeds the stack" in e for e in violations(ops, big))
-    # 24 KiB (k steps of 64 under 96 columns) would fit the stack but not the half of it
-    # a panel may take (a fused producer's tile shares the stack).
+    # 24 KiB (k steps of 64 under 96 columns): alone on the stack (the dispatch holds the
+    # matmul and its fill, no cache write) the panel may fill it, 32 KiB and no more ...
     mid = program(sk, (2, 8, 8), (4, 2, 48), (64, 1), pack=1, par=(0,))
-    assert pack_bytes(ops[-1], mid, 1) == 24 << 10
-    assert violations(ops, mid) == ["the packed operand's buffer exceeds the stack"]
+    assert pack_bytes(ops[-1], mid, 1) == 24 << 10 and not violations(ops, mid)
+    full = program(sk, (2, 8, 8), (3, 2, 32), (128, 1), pack=1)
+    assert pack_bytes(ops[-1], full, 1) == 32 << 10 and not violations(ops, full)
+    # ... but beside a fused consumer's tile, or a cache write's local tile, it takes at
+    # most half of it.
+    fused_ops = ops_of(matmul_relu(256, 512, 384))
+    fused = [s for s in generate_sketches(fused_ops, default_cpu_rules()) if s.root]
+    assert fused
+    for f in fused:
+        assert violations(fused_ops, Program(f, mid.steps)) == [
+            "the packed operand's buffer exceeds the stack"], f.rules
+    # An inlined producer's tile too (relu of A computed under the S1 tile), with no
+    # cache write.
+    inlined_ops = ops_of(relu_of_a_matmul(256, 512, 384))
+    inlined = [s for s in generate_sketches(inlined_ops, default_cpu_rules())
+               if s.root and not s.local_tile]
+    assert inlined
+    mm = next(o for o in inlined_ops if o.op_name == "linalg.matmul").name
+    for f in inlined:
+        steps = tuple(replace(st, op=mm) for st in mid.steps)
+        assert violations(inlined_ops, Program(f, steps)) == [
+            "the packed operand's buffer exceeds the stack"], f.rules
+    cached = next(s for s in generate_sketches(ops, default_cpu_rules()) if s.local_tile)
+    small = program(cached, (16, 1, 8), (3, 2, 32), (64, 1), pack=1)
+    assert pack_bytes(ops[-1], small, 1) == 16 << 10 and not violations(ops, small)
+    wide = program(cached, (16, 1, 8), (4, 2, 48), (64, 1), pack=1, par=(0,))
+    assert pack_bytes(ops[-1], wide, 1) == 24 << 10
+    assert violations(ops, wide) == ["the packed operand's buffer exceeds the stack"]
     out = program(sk, (2, 8, 8), (3, 2, 32), (64, 1), pack=2)  # the output
     assert any("packed operands" in e for e in violations(ops, out))
     two = Program(sk, ok.steps[:-1] + (PackStep(R, 0), ok.steps[-1]))

@@ -292,7 +292,8 @@ def _s1_tiles(root: OpInfo, splits: dict[int, tuple[int, ...]], peeled: set[int]
 
 # Packed panels share the stack with tiles this check does not see (a fused producer's tile:
 # the padded input of a conv; 4 of 44 conv programs with 24 KiB filter panels overflowed
-# it in the ResNet block): at most half of it.
+# it in the ResNet block): at most half of it, unless the panel is alone on the stack
+# (`stack_alone`).
 MAX_PACK_BYTES = STACK_LIMIT_BYTES // 2
 
 # Share of programs that cut a blocked loop's register tile free of the block's divisors.
@@ -355,14 +356,27 @@ def pack_bytes(root: OpInfo, prog: Program, operand: int) -> int:
     return footprint(o, reduction_tile(root, prog)) * o.elem_bytes
 
 
+def stack_alone(ops: Sequence[OpInfo], prog: Program, root: OpInfo) -> bool:
+    """Whether a packed panel of `root` would be the program's only stack buffer: no local
+    accumulator tile (cache write), no loop peeled at S1, and no op in the dispatch but the
+    root and its fills (a fused producer or consumer keeps a tile of its own there)."""
+    return (not prog.sketch.local_tile and prog.s1_peeled(root.name) is None and
+            all(o is root or o.op_name == "linalg.fill" for o in ops))
+
+
 def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
               packed: Sequence[int]) -> bool:
     """The packed buffers (at most MAX_PACK_BYTES), with the local accumulator tile of a
     cache write, fit IREE's stack limit (larger buffers need a compile flag; over 64 KiB
     they overflow the worker stack at run time), with room for the strategy's small
     temporaries (a 32 KiB buffer alone compiled for one matmul and not for another).
-    A loop peeled at S1 copies them all (the full S1 tiles' and the partial one's)."""
+    A loop peeled at S1 copies them all (the full S1 tiles' and the partial one's).
+    A panel alone on the stack (`stack_alone`) may fill it: the 1024^3 matmul's 128 x 64
+    panel of B, 32 KiB under 256 x 64 S1 blocks, compiled and ran 10.25 ms against 11.2
+    for the search's best with a smaller panel (Zen 4, 2026-12-07; docs/results.md)."""
     total = sum(pack_bytes(root, prog, i) for i in packed)
+    if stack_alone(ops, prog, root):
+        return total <= STACK_LIMIT_BYTES
     if total > MAX_PACK_BYTES:
         return False
     if prog.sketch.local_tile:  # the S1 output tile

@@ -219,7 +219,8 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         # The fine seed right after its sketch's: a first batch of 4 still measures it,
         # ahead of the second sketch's packed seed (the slowest seed of the batch matmuls
         # and attention scores above).
-        for q in (packed, plain, plain and _blocked(ops, root, plain, target), fine):
+        for q in (packed, plain, plain and _blocked(ops, root, plain, target), fine,
+                  plain and _packed_block(ops, sk, root, plain, target)):
             if q is not None and q not in out:
                 out.append(q)
     return out
@@ -288,6 +289,46 @@ def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
             q = _chunked(ops, root, block, target, chunk)
             if q is not None and under_one_tile(q) <= target.l1d_bytes // 2:
                 return q
+    return None
+
+
+def _packed_block(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
+                  target: Target) -> Program | None:
+    """GotoBLAS's blocking of `prog`: its S1 tile a block of rows of the workgroup (along
+    the loops the packed operand does not index) by one register tile along the others,
+    and the vector operand's panel (R0 chunk x S1 tile) packed once per chunk and swept by
+    all of the block's register tiles: the largest chunk whose panel fits the stack, then
+    the most rows beside it (every row of the workgroup unless a local tile, a cache
+    write's or a fused consumer's, must fit too). On the 1024^3 matmul (Zen 4): 4 x 64
+    register tiles under 256 x 64 blocks and a 128 x 64 panel ran 10.2 ms, level with
+    IREE's data tiling, where the search's best with a 16 KiB panel ran 11.2
+    (docs/results.md). None where nothing is packed or no block passes the rules."""
+    vloop = lane_loop(root)
+    cands = [i for i in pack_candidates(root, sketch)
+             if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
+    if not cands or seed_panel(root, target) is not None:
+        return None
+    indexed = {l for t in root.operands[cands[0]].map_results for l, _ in t}
+    rows = {st.loop: st for st in prog.steps
+            if isinstance(st, SplitStep) and st.op == root.name and len(st.lengths) == 3
+            and st.loop in root.parallel_dims and st.loop not in indexed}
+    if not rows:
+        return None
+    # Register tiles per S1 along each row loop, the most first.
+    blocks = [{}]
+    for l, st in rows.items():
+        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0] * st.lengths[1])]
+    blocks.sort(key=lambda b: -math.prod(b.values()))
+    for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
+                  REDUCTION_CHUNK // 8):
+        for b in blocks[:BLOCKS_TRIED]:
+            block = _resplit(prog, root, {
+                l: ((st.lengths[0] * st.lengths[1]) // b[l], b[l], st.lengths[2])
+                for l, st in rows.items()})
+            q = _chunked(ops, root, block, target, chunk)
+            packed = q and _packed(ops, sketch, root, q, target)
+            if packed is not None:
+                return packed
     return None
 
 
