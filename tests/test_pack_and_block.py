@@ -18,7 +18,7 @@ from mlir_ansor.sketch_passes.sketch import generate_sketches
 from mlir_ansor.tuner.features import FEATURE_NAMES, program_features
 from mlir_ansor.tuner.status import Status
 from tests.conftest import ELEMENTWISE, MATMUL, ops_of, prepared_measurer
-from tests.test_peel import matmul, matmul_relu
+from tests.test_peel import matmul, matmul_relu, relu
 
 R = "op1_matmul"
 
@@ -59,18 +59,44 @@ def test_pack_candidates_are_reused_inputs_of_a_reduction():
 
 def relu_of_a_matmul(m, k, n):
     """`matmul` whose A is computed in the dispatch (an elementwise relu of an argument)."""
-    text = matmul(m, k, n)
-    relu = f"""
-  %ea = tensor.empty() : tensor<{m}x{k}xf32>
-  %ra = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
-       iterator_types = ["parallel", "parallel"]}} ins(%a : tensor<{m}x{k}xf32>)
-       outs(%ea : tensor<{m}x{k}xf32>) {{
-    ^bb0(%x: f32, %o: f32):
-      %z = arith.maximumf %x, %c0 : f32
-      linalg.yield %z : f32
-  }} -> tensor<{m}x{k}xf32>
-  %r = linalg.matmul ins(%ra, %b"""
-    return text.replace("  %r = linalg.matmul ins(%a, %b", relu)
+    head = (f"\n  %ea = tensor.empty() : tensor<{m}x{k}xf32>" + relu("ra", "a", "ea", f"{m}x{k}")
+            + "\n  %r = linalg.matmul ins(%ra, %b")
+    return matmul(m, k, n).replace("\n  %r = linalg.matmul ins(%a, %b", head)
+
+
+def test_a_panel_is_alone_on_the_stack_only_beside_nothing_else():
+    """`stack_alone`: a plain multi-level tiling of a dispatch holding the root and its
+    fill; not with a cache write's or rfactor's buffers, a map_store's staged output, a
+    loop peeled at S1 (its copies of the S1 tile), or another op in the dispatch."""
+    from mlir_ansor.sketch_passes.annotation import stack_alone
+    from mlir_ansor.sketch_passes.program import PeelStep
+    from mlir_ansor.sketch_passes.rules import Rfactor
+    from mlir_ansor.sketch_passes.sketch import Sketch
+
+    ops = ops_of(matmul(256, 512, 384))
+    sks = generate_sketches(ops, default_cpu_rules())
+    sk, root = plain_mlt(sks), ops[-1]
+    p = program(sk, (2, 8, 8), (3, 2, 32), (128, 1), pack=1)
+    assert stack_alone(ops, p, root)
+    cached = next(s for s in sks if s.local_tile)
+    assert not stack_alone(ops, Program(cached, p.steps), root)
+    rf = Sketch(sk.anchor, sk.structure + (Rfactor(R),), sk.rules + ("AddRfactor",))
+    assert not stack_alone(ops, Program(rf, p.steps), root)
+    staged = [replace(o, map_stored=True) if o is root else o for o in ops]
+    assert not stack_alone(staged, p, staged[-1])
+    relu = ops_of(matmul_relu(256, 512, 384))
+    assert not stack_alone(relu, p, next(o for o in relu if o.name == R))
+    # Two peeled loops: the outer one peeled at S1.
+    two = ops_of(matmul(197, 64, 197))
+    two_sk = plain_mlt(generate_sketches(two, default_cpu_rules()))
+    peeled = Program(two_sk, (SplitStep(R, 0, (1, 1, 8)), SplitStep(R, 1, (1, 1, 16)),
+                              PeelStep(R, 0), PeelStep(R, 1), SplitStep(R, 2, (64, 1)),
+                              ParallelStep(R, (0,)), UnrollStep(R, 1), PackStep(R, 1),
+                              VectorizeStep(R)))
+    assert peeled.s1_peeled(R) is not None
+    assert not stack_alone(two, peeled, two[-1])
+    assert stack_alone(two, Program(two_sk, tuple(st for st in peeled.steps
+                                                  if st != PeelStep(R, 0))), two[-1])
 
 
 def test_what_a_packed_program_may_not_be():

@@ -90,19 +90,24 @@ def test_what_a_peeled_program_may_not_be():
     assert all(k is None or (k.peeled(root) == {0} and not violations(ops, k)) for k in kids)
 
 
-def matmul_relu(m, k, n):
-    """`matmul` with an elementwise consumer (relu) to fuse."""
-    relu = f"""
-  %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
-       iterator_types = ["parallel", "parallel"]}} ins(%r : tensor<{m}x{n}xf32>)
-       outs(%e : tensor<{m}x{n}xf32>) {{
+def relu(result: str, source: str, init: str, shape: str) -> str:
+    """`%result = relu(%source)` as an elementwise linalg.generic over a 2-D `shape`
+    ("MxN") writing `%init` (with `%c0` the zero of `matmul`)."""
+    t = f"tensor<{shape}xf32>"
+    return f"""
+  %{result} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+       iterator_types = ["parallel", "parallel"]}} ins(%{source} : {t})
+       outs(%{init} : {t}) {{
     ^bb0(%x: f32, %o: f32):
       %z = arith.maximumf %x, %c0 : f32
       linalg.yield %z : f32
-  }} -> tensor<{m}x{n}xf32>
-  return %y : tensor<{m}x{n}xf32>"""
-    text = matmul(m, k, n)
-    return text.replace(f"  return %r : tensor<{m}x{n}xf32>", relu)
+  }} -> {t}"""
+
+
+def matmul_relu(m, k, n):
+    """`matmul` with an elementwise consumer (relu) to fuse."""
+    tail = relu("y", "r", "e", f"{m}x{n}") + f"\n  return %y : tensor<{m}x{n}xf32>"
+    return matmul(m, k, n).replace(f"  return %r : tensor<{m}x{n}xf32>", tail)
 
 
 def test_two_loops_without_a_good_tile_may_both_be_peeled():

@@ -23,6 +23,7 @@ from mlir_ansor.sketch_passes.loops import (column_read_loop, divisors, eligible
 from mlir_ansor.sketch_passes.program import (BlockPeelStep, PackStep, ParallelStep, PeelStep,
                                               Program, SplitStep, UnrollStep, VectorizeStep,
                                               s1_peel_of)
+from mlir_ansor.sketch_passes.rules.multi_level_tiling import MultiLevelTile
 from mlir_ansor.sketch_passes.sketch import Sketch, StructureStep
 from mlir_ansor.targets import DEFAULT_CPU, Target, TargetError
 
@@ -357,23 +358,26 @@ def pack_bytes(root: OpInfo, prog: Program, operand: int) -> int:
 
 
 def stack_alone(ops: Sequence[OpInfo], prog: Program, root: OpInfo) -> bool:
-    """Whether a packed panel of `root` would be the program's only stack buffer: no local
-    accumulator tile (cache write), no loop peeled at S1, and no op in the dispatch but the
-    root and its fills (a fused producer or consumer keeps a tile of its own there)."""
-    return (not prog.sketch.local_tile and prog.s1_peeled(root.name) is None and
-            all(o is root or o.op_name == "linalg.fill" for o in ops))
+    """Whether a packed panel of `root` would be the program's only stack buffer: a plain
+    multi-level tiling (no cache write's local tile, no rfactor's partial sums), no loop
+    peeled at S1, no map_store's staged tiles, and no op in the dispatch but the root and
+    fills (a fused producer or consumer keeps a tile of its own there)."""
+    return (all(isinstance(s, MultiLevelTile) for s in prog.sketch.structure) and
+            prog.s1_peeled(root.name) is None and not any(o.map_stored for o in ops) and
+            all(o.name == root.name or o.op_name == "linalg.fill" for o in ops))
 
 
 def packs_fit(ops: Sequence[OpInfo], prog: Program, root: OpInfo,
               packed: Sequence[int]) -> bool:
-    """The packed buffers (at most MAX_PACK_BYTES), with the local accumulator tile of a
-    cache write, fit IREE's stack limit (larger buffers need a compile flag; over 64 KiB
-    they overflow the worker stack at run time), with room for the strategy's small
-    temporaries (a 32 KiB buffer alone compiled for one matmul and not for another).
-    A loop peeled at S1 copies them all (the full S1 tiles' and the partial one's).
-    A panel alone on the stack (`stack_alone`) may fill it: the 1024^3 matmul's 128 x 64
-    panel of B, 32 KiB under 256 x 64 S1 blocks, compiled and ran 10.25 ms against 11.2
-    for the search's best with a smaller panel (Zen 4, 2026-12-07; docs/results.md)."""
+    """The packed buffers fit IREE's stack limit (larger buffers need a compile flag; over
+    64 KiB they overflow the worker stack at run time). A panel alone on the stack
+    (`stack_alone`) may fill it: the 1024^3 matmul's 128 x 64 panel of B, 32 KiB under
+    256 x 64 S1 blocks, compiled without the flag and ran 10.2 ms against 11.2 for the
+    search's best with a smaller panel (Zen 4, 2026-12-07; docs/results.md). Beside other
+    buffers the panels take at most MAX_PACK_BYTES and, with the local accumulator tile of
+    a cache write, leave room for the strategy's small temporaries (a 32 KiB buffer
+    compiled for one matmul and not for another); a loop peeled at S1 copies them all (the
+    full S1 tiles' and the partial one's)."""
     total = sum(pack_bytes(root, prog, i) for i in packed)
     if stack_alone(ops, prog, root):
         return total <= STACK_LIMIT_BYTES

@@ -3,8 +3,9 @@ pick: per sketch with a multi-level-tiled root, an outer-product register tile (
 one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim)
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
 in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
-(`_blocked`) a block of them sharing an L1-sized reduction chunk; and once per task the
-first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's
+(`_blocked`) a block of them sharing an L1-sized reduction chunk; a block of rows
+sweeping a packed panel that fills the stack (`_packed_block`, GotoBLAS's shape); and once
+per task the first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's
 first batch measures them (on by default; `--no-kernel-seeds` turns them off); evolution
 mutates from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
 than what 48-96 trials of search had found (results.md).
@@ -39,6 +40,7 @@ WORKGROUPS_PER_CORE = 8  # 16 workgroups beat 112 and 448 on 2 cores (measuremen
 FINE_WORKGROUPS_PER_CORE = 96
 REDUCTION_TILE = 8  # innermost reduction tile (unrolled with the register tile)
 REDUCTION_CHUNK = 256  # reduction elements per R0 step (the packed-B recipe's k block)
+CHUNKS = (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4, REDUCTION_CHUNK // 8)
 
 
 def seed_panel(op: OpInfo, target: Target) -> int | None:
@@ -190,9 +192,10 @@ def _square_transposes(op: OpInfo, target: Target) -> bool:
 
 def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
                          target: Target) -> list[Program]:
-    """Micro-kernel seeds per sketch with a multi-level-tiled root (packed, plain, blocked;
-    after the first sketch's, its plain one in finer workgroups), without duplicates (none
-    for a GPU target or an op without an outer-product register tile)."""
+    """Micro-kernel seeds per sketch with a multi-level-tiled root (packed, in a block of
+    rows where one forms; plain; blocked; after the first sketch's, its plain one in finer
+    workgroups), without duplicates (none for a GPU target or an op without an
+    outer-product register tile)."""
     if target.backend != "llvm-cpu":
         return []
     out: list[Program] = []
@@ -205,9 +208,11 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
             continue
         plain = _chunked(ops, root, p, target, REDUCTION_CHUNK)
         first = plain is not None and not out
-        # The packed panel must fit the stack: smaller reduction chunks until it does.
-        packed = None
-        for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4):
+        # The packed panel must fit the stack: smaller reduction chunks until it does. It
+        # is swept by a block of rows (`_packed_block`) where one forms, else by one
+        # register tile.
+        packed = plain and _packed_block(ops, sk, root, plain, target)
+        for chunk in CHUNKS[:3] if packed is None else ():
             q = plain if chunk == REDUCTION_CHUNK else _chunked(ops, root, p, target, chunk)
             packed = q and _packed(ops, sk, root, q, target)
             if packed is not None:
@@ -219,8 +224,7 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         # The fine seed right after its sketch's: a first batch of 4 still measures it,
         # ahead of the second sketch's packed seed (the slowest seed of the batch matmuls
         # and attention scores above).
-        for q in (packed, plain, plain and _blocked(ops, root, plain, target), fine,
-                  plain and _packed_block(ops, sk, root, plain, target)):
+        for q in (packed, plain, plain and _blocked(ops, root, plain, target), fine):
             if q is not None and q not in out:
                 out.append(q)
     return out
@@ -275,21 +279,35 @@ def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
         tile = {**reduction_tile(root, q), **{l: st.lengths[2] for l, st in splits.items()}}
         return sum(footprint(o, tile) * o.elem_bytes for o in inputs)
 
-    # Register tiles per S1 along each loop (a loop may stay at one): the largest first.
-    blocks = [{}]
-    for l, st in grow.items():
-        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0])]
-    blocks = sorted((b for b in blocks if math.prod(b.values()) > 1),
-                    key=lambda b: -math.prod(b.values()))
-    for b in blocks[:BLOCKS_TRIED]:
+    for b in _blocks({l: st.lengths[0] for l, st in grow.items()}):
         block = _resplit(prog, root, {l: (grow[l].lengths[0] // d, d, grow[l].lengths[2])
                                       for l, d in b.items()})
-        for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
-                      REDUCTION_CHUNK // 8):
+        for chunk in CHUNKS:
             q = _chunked(ops, root, block, target, chunk)
             if q is not None and under_one_tile(q) <= target.l1d_bytes // 2:
                 return q
     return None
+
+
+def _blocks(tiles: dict[int, int]) -> list[dict[int, int]]:
+    """Blocks of register tiles (loop -> tiles per S1, a divisor of its `tiles`; a loop may
+    stay at one), the most tiles first, at most BLOCKS_TRIED, none of one tile alone."""
+    blocks: list[dict[int, int]] = [{}]
+    for l, n in tiles.items():
+        blocks = [{**b, l: d} for b in blocks for d in divisors(n)]
+    return sorted((b for b in blocks if math.prod(b.values()) > 1),
+                  key=lambda b: -math.prod(b.values()))[:BLOCKS_TRIED]
+
+
+def _vector_operand(root: OpInfo, sketch: Sketch, target: Target) -> int | None:
+    """The input a seed packs: the panel every row of the register tile reads, along the
+    lanes; None where none may be packed or the lanes are panels of a packed weight
+    already (a copy only costs: 2.03 -> 2.60 ms)."""
+    if seed_panel(root, target) is not None:
+        return None
+    vloop = lane_loop(root)
+    return next((i for i in pack_candidates(root, sketch)
+                 if vloop in {l for t in root.operands[i].map_results for l, _ in t}), None)
 
 
 def _packed_block(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
@@ -301,32 +319,27 @@ def _packed_block(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Pro
     the most rows beside it (every row of the workgroup unless a local tile, a cache
     write's or a fused consumer's, must fit too). On the 1024^3 matmul (Zen 4): 4 x 64
     register tiles under 256 x 64 blocks and a 128 x 64 panel ran 10.2 ms, level with
-    IREE's data tiling, where the search's best with a 16 KiB panel ran 11.2
-    (docs/results.md). None where nothing is packed or no block passes the rules."""
-    vloop = lane_loop(root)
-    cands = [i for i in pack_candidates(root, sketch)
-             if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
-    if not cands or seed_panel(root, target) is not None:
+    IREE's data tiling, where one register tile per packed panel ran 19.0-23.2 and the
+    search's best with a 16 KiB panel 11.2 (docs/results.md). None where nothing is packed
+    or no block passes the rules."""
+    operand = _vector_operand(root, sketch, target)
+    if operand is None:
         return None
-    indexed = {l for t in root.operands[cands[0]].map_results for l, _ in t}
+    indexed = {l for t in root.operands[operand].map_results for l, _ in t}
     rows = {st.loop: st for st in prog.steps
             if isinstance(st, SplitStep) and st.op == root.name and len(st.lengths) == 3
             and st.loop in root.parallel_dims and st.loop not in indexed}
-    if not rows:
-        return None
-    # Register tiles per S1 along each row loop, the most first.
-    blocks = [{}]
-    for l, st in rows.items():
-        blocks = [{**b, l: d} for b in blocks for d in divisors(st.lengths[0] * st.lengths[1])]
-    blocks.sort(key=lambda b: -math.prod(b.values()))
-    for chunk in (REDUCTION_CHUNK, REDUCTION_CHUNK // 2, REDUCTION_CHUNK // 4,
-                  REDUCTION_CHUNK // 8):
-        for b in blocks[:BLOCKS_TRIED]:
-            block = _resplit(prog, root, {
-                l: ((st.lengths[0] * st.lengths[1]) // b[l], b[l], st.lengths[2])
+    blocks = _blocks({l: st.lengths[0] * st.lengths[1] for l, st in rows.items()})
+    for chunk in CHUNKS:
+        q = _chunked(ops, root, prog, target, chunk)
+        # (The panel does not grow with the rows; a local tile beside it does.)
+        if q is None or not packs_fit(ops, q, root, [operand]):
+            continue
+        for b in blocks:
+            block = _resplit(q, root, {
+                l: ((st.lengths[0] * st.lengths[1]) // b.get(l, 1), b.get(l, 1), st.lengths[2])
                 for l, st in rows.items()})
-            q = _chunked(ops, root, block, target, chunk)
-            packed = q and _packed(ops, sketch, root, q, target)
+            packed = _packed(ops, sketch, root, block, target)
             if packed is not None:
                 return packed
     return None
@@ -355,21 +368,17 @@ def _peeled_rows(ops: Sequence[OpInfo], root: OpInfo, prog: Program, row: int, r
 
 def _packed(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
             target: Target) -> Program | None:
-    """`prog` with the vector operand (the panel every row of the register tile reads)
-    copied to a contiguous buffer per reduction chunk: read in place, a weight panel of a
-    1x1 conv walks its rows at the output's channel stride (4 KB and more apart: the same L1
-    sets); None when no such operand may be packed or its buffer does not fit."""
-    vloop = lane_loop(root)
-    if seed_panel(root, target) is not None:
-        return None  # the operand is packed already: a copy only costs (2.03 -> 2.60 ms)
-    cands = [i for i in pack_candidates(root, sketch)
-             if vloop in {l for t in root.operands[i].map_results for l, _ in t}]
-    if not cands or not packs_fit(ops, prog, root, cands[:1]):
+    """`prog` with the vector operand (`_vector_operand`) copied to a contiguous buffer per
+    reduction chunk: read in place, a weight panel of a 1x1 conv walks its rows at the
+    output's channel stride (4 KB and more apart: the same L1 sets); None when no such
+    operand may be packed or its buffer does not fit."""
+    operand = _vector_operand(root, sketch, target)
+    if operand is None or not packs_fit(ops, prog, root, [operand]):
         return None
     steps = list(prog.steps)
     if not isinstance(steps[-1], VectorizeStep):
         return None
-    steps.insert(len(steps) - 1, PackStep(root.name, cands[0]))  # as annotate orders them
+    steps.insert(len(steps) - 1, PackStep(root.name, operand))  # as annotate orders them
     out = Program(prog.sketch, tuple(steps))
     return None if violations(ops, out, target=target) else out
 
