@@ -3,8 +3,8 @@ get them, what is valid, how the search edits them, what the cost model sees, an
 programs compile, apply and match."""
 import math
 import random
-from dataclasses import replace
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 

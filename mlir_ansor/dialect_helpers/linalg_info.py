@@ -29,6 +29,11 @@ class OperandInfo:
     elem_bytes: int = 4
     elem_type: str = "f32"  # MLIR element type, e.g. f32, i8
 
+    @property
+    def loops(self) -> frozenset[int]:
+        """The loops that index this operand (any of its dims)."""
+        return frozenset(l for t in self.map_results for l, _ in t)
+
 
 @dataclass(frozen=True)
 class OpInfo:

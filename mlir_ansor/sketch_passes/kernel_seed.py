@@ -117,8 +117,7 @@ def input_traffic(op: OpInfo, wg: dict[int, int], cached: int = 0) -> int:
         if o.is_output or not o.shape:
             continue
         size = math.prod(o.shape) * o.elem_bytes
-        loops = {l for t in o.map_results for l, _ in t}
-        reads = math.prod(op.extents[l] // wg[l] for l in wg if l not in loops)
+        reads = math.prod(op.extents[l] // wg[l] for l in wg if l not in o.loops)
         total += size * (1 if size <= cached else reads)
     return total
 
@@ -212,11 +211,12 @@ def kernel_seed_programs(ops: Sequence[OpInfo], sketches: Sequence[Sketch],
         # is swept by a block of rows (`_packed_block`) where one forms, else by one
         # register tile.
         packed = plain and _packed_block(ops, sk, root, plain, target)
-        for chunk in CHUNKS[:3] if packed is None else ():
-            q = plain if chunk == REDUCTION_CHUNK else _chunked(ops, root, p, target, chunk)
-            packed = q and _packed(ops, sk, root, q, target)
-            if packed is not None:
-                break
+        if packed is None:
+            for chunk in CHUNKS[:3]:
+                q = plain if chunk == REDUCTION_CHUNK else _chunked(ops, root, p, target, chunk)
+                packed = q and _packed(ops, sk, root, q, target)
+                if packed is not None:
+                    break
         fine = None
         if first:
             q = _seed(ops, sk, root, target, FINE_WORKGROUPS_PER_CORE)
@@ -265,9 +265,7 @@ def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
     256 KB panel of B from L2; with S1 the whole 256 x 256 workgroup and k chunks of 32 /
     64 / 128 / 256, 9.3 / 8.1-8.7 / 8.7-8.9 / 8.7 ms on a 48 KiB L1 (the search's best
     after 200 trials 7.9-8.3). None where no block forms, no chunk fits or a rule breaks."""
-    splits = {st.loop: st for st in prog.steps
-              if isinstance(st, SplitStep) and st.op == root.name
-              and st.loop in root.parallel_dims and len(st.lengths) == 3}
+    splits = _parallel_splits(prog, root)
     grow = {l: st for l, st in splits.items() if st.lengths[1] == 1 and st.lengths[0] > 1}
     if not grow:
         return None
@@ -289,6 +287,13 @@ def _blocked(ops: Sequence[OpInfo], root: OpInfo, prog: Program,
     return None
 
 
+def _parallel_splits(prog: Program, root: OpInfo) -> dict[int, SplitStep]:
+    """The root's parallel loops split at every level (workgroup, S1, register tile)."""
+    return {st.loop: st for st in prog.steps
+            if isinstance(st, SplitStep) and st.op == root.name
+            and st.loop in root.parallel_dims and len(st.lengths) == 3}
+
+
 def _blocks(tiles: dict[int, int]) -> list[dict[int, int]]:
     """Blocks of register tiles (loop -> tiles per S1, a divisor of its `tiles`; a loop may
     stay at one), the most tiles first, at most BLOCKS_TRIED, none of one tile alone."""
@@ -307,7 +312,7 @@ def _vector_operand(root: OpInfo, sketch: Sketch, target: Target) -> int | None:
         return None
     vloop = lane_loop(root)
     return next((i for i in pack_candidates(root, sketch)
-                 if vloop in {l for t in root.operands[i].map_results for l, _ in t}), None)
+                 if vloop in root.operands[i].loops), None)
 
 
 def _packed_block(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Program,
@@ -325,20 +330,18 @@ def _packed_block(ops: Sequence[OpInfo], sketch: Sketch, root: OpInfo, prog: Pro
     operand = _vector_operand(root, sketch, target)
     if operand is None:
         return None
-    indexed = {l for t in root.operands[operand].map_results for l, _ in t}
-    rows = {st.loop: st for st in prog.steps
-            if isinstance(st, SplitStep) and st.op == root.name and len(st.lengths) == 3
-            and st.loop in root.parallel_dims and st.loop not in indexed}
-    blocks = _blocks({l: st.lengths[0] * st.lengths[1] for l, st in rows.items()})
+    indexed = root.operands[operand].loops
+    rows = {l: st for l, st in _parallel_splits(prog, root).items() if l not in indexed}
+    tiles = {l: st.lengths[0] * st.lengths[1] for l, st in rows.items()}  # per workgroup
+    blocks = _blocks(tiles)
     for chunk in CHUNKS:
         q = _chunked(ops, root, prog, target, chunk)
         # (The panel does not grow with the rows; a local tile beside it does.)
         if q is None or not packs_fit(ops, q, root, [operand]):
             continue
         for b in blocks:
-            block = _resplit(q, root, {
-                l: ((st.lengths[0] * st.lengths[1]) // b.get(l, 1), b.get(l, 1), st.lengths[2])
-                for l, st in rows.items()})
+            block = _resplit(q, root, {l: (tiles[l] // b.get(l, 1), b.get(l, 1),
+                                           st.lengths[2]) for l, st in rows.items()})
             packed = _packed(ops, sketch, root, block, target)
             if packed is not None:
                 return packed

@@ -165,7 +165,7 @@ def panel_loop(op: OpInfo) -> int | None:
     lane = lane_loop(op)
     if lane is None or len(op.output.shape) < 2 or not op.reduction_dims:
         return None
-    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
+    ins = [o.loops for o in op.operands
            if not o.is_output and o.shape]
     lane_ins = [o for o, loops in zip(op.operands, ins) if lane in loops]
     if not lane_ins or len(lane_ins) == len(ins):
@@ -205,7 +205,7 @@ def column_read_loop(op: OpInfo) -> int | None:
     if len(rows) < 2:
         return None
     for o in op.operands:
-        loops = {l for t in o.map_results for l, _ in t}
+        loops = o.loops
         if o.is_output or not o.map_results or lane in loops:
             continue
         inner = o.map_results[-1]
@@ -221,7 +221,7 @@ def reuse_rows(op: OpInfo, lane: int | None) -> tuple[int, ...]:
     outer-product register tile): not `lane`, not `unit_loops`, indexing no input that
     `lane` indexes; [] when every input varies along the lanes (a depthwise conv: each row
     loads its own input vector)."""
-    ins = [{l for t in o.map_results for l, _ in t} for o in op.operands
+    ins = [o.loops for o in op.operands
            if not o.is_output and o.shape]
     vec = [x for x in ins if lane in x]
     if len(vec) == len(ins):

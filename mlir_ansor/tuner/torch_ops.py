@@ -93,7 +93,7 @@ def _conv(op: OpInfo) -> ConvOp | None:
     if len(windowed) != 1:
         return None
     img, flt, out = inputs[windowed[0]], inputs[1 - windowed[0]], op.output
-    loops_of = [{l for t in x.map_results for l, _ in t} for x in (img, flt, out)]
+    loops_of = [x.loops for x in (img, flt, out)]
     spatial, kernel, stride, dilation, in_window = [], [], [], [], set()
     for terms, size in zip(img.map_results, img.shape):
         if len(terms) == 1 and terms[0][1] == 1:
