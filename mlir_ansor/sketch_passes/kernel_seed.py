@@ -166,13 +166,26 @@ def kernel_levels(op: OpInfo, target: Target, peel_rows: bool = False,
 def reduction_tile_of(op: OpInfo, target: Target) -> int:
     """The seed's innermost reduction tile: REDUCTION_TILE, but 1 over packed panels
     (BERT's packed MLP weights: 8 ran 2.75 ms, 4 2.61, 1 2.03; on a 3x3 conv and a batch
-    matmul 1, 4 and 8 were within 4%), and 16 where the tiles of a transposed input are
-    square (`_square_transposes`)."""
-    if seed_panel(op, target) is not None:
+    matmul 1, 4 and 8 were within 4%) and where the root sums several products
+    (`sums_products`), and 16 where the tiles of a transposed input are square
+    (`_square_transposes`)."""
+    if seed_panel(op, target) is not None or sums_products(op):
         return 1
     if _square_transposes(op, target):
         return target.f32_lanes
     return REDUCTION_TILE
+
+
+def sums_products(op: OpInfo) -> bool:
+    """Whether `op` reduces a sum of several products (more than two inputs, as the
+    Winograd input transforms' own-block and next-block terms): no single vector.contract
+    takes it, so its products are vectorized over the whole reduction tile before they are
+    summed, and a tile of k multiplies the registers the register tile needs by k.
+    resnet_block's input transforms (reduction 6, 4 x 64 register tiles) side by side, Zen 4,
+    2026-12-07: reduction tiles 6 / 3 / 2 / 1 ran 0.61 / 0.82 / 0.89 / 0.11 ms (rows) and
+    0.75 / - / - / 0.19 (columns), IREE's default 0.53 / 0.65; a two-input contraction keeps
+    REDUCTION_TILE (the output transforms, reduction 8: tile 8 0.35 ms, 1 0.78)."""
+    return sum(not o.is_output for o in op.operands) > 2
 
 
 def _square_transposes(op: OpInfo, target: Target) -> bool:
