@@ -117,6 +117,24 @@ def test_seeded_policy_proposes_seeds_first_then_defers(mm_measurer):
     assert inner.calls[-1] == (4, frozenset({first[0].key})) and len(later) == 4
 
 
+def test_seeds_beyond_the_first_batch_come_in_the_next_ones(mm_measurer):
+    """A batch smaller than the seeds (--batch 4): the next proposals go on with the seeds
+    not yet offered, skipping any measured meanwhile, before the inner policy's."""
+    task = mm_measurer.task
+    seeds = RandomPolicy(task, 7).propose(5, set())
+    inner = _Inner(task)
+    pol = SeededPolicy(inner, task, lambda t: seeds)
+    first = pol.propose(2, set(), [])
+    assert first == seeds[:2] and inner.calls == [(0, frozenset(p.key for p in first))]
+    rec = Record(task_key=task.key, program=first[0].to_json(), program_key=first[0].key,
+                 status="ok", latency_s=1e-3)
+    measured = {p.key for p in first} | {seeds[2].key}  # seeds[2] measured elsewhere
+    rest = seeds[3:]
+    later = pol.propose(len(rest) + 2, measured, [rec])
+    assert later[:len(rest)] == rest and len(later) == len(rest) + 2
+    assert pol.propose(3, measured | {p.key for p in later}, [rec])[0] not in seeds
+
+
 def test_seed_kinds_combine_in_order_without_duplicates(mm_measurer):
     """--kernel-seeds and --iree-seeds together: kernel seeds first, then IREE's, a program
     both give proposed once, then the inner policy."""

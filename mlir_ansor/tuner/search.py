@@ -108,20 +108,23 @@ def kernel_seeds(task: Task) -> list[Program]:
 
 
 class SeededPolicy:
-    """A policy whose first proposal for a task starts with seed programs (`seeds`), then
-    the inner policy's."""
+    """A policy whose proposals for a task start with seed programs (`seeds`), then the
+    inner policy's. A batch smaller than the seeds takes the rest in the next proposals
+    (each seed is offered once); a seed already measured (a resumed run) is skipped."""
 
     def __init__(self, inner: Policy, task: Task, seeds: SeedFn):
         self.inner, self.task, self.seeds = inner, task, seeds
+        self._pending: list[Program] | None = None  # seeds not yet offered
 
     @property
     def train_s(self) -> float:
         return train_seconds(self.inner)
 
     def propose(self, n: int, measured: set[str], records: Sequence[Record] = ()) -> list[Program]:
-        seeds: list[Program] = []
-        if not any(r.task_key == self.task.key for r in records):
-            seeds = [p for p in self.seeds(self.task) if p.key not in measured][:n]
+        if self._pending is None:
+            self._pending = list(self.seeds(self.task))
+        self._pending = [p for p in self._pending if p.key not in measured]
+        seeds, self._pending = self._pending[:n], self._pending[n:]
         return seeds + self.inner.propose(n - len(seeds), measured | {p.key for p in seeds},
                                           records)
 
