@@ -131,3 +131,32 @@ def test_a_larger_tile_only_of_three_vector_rows_does_not_make_a_small_one():
                     reg_tile=16 * 2, bytes={}, row_room=6)
     assert not _small_register_tile(nest, X86_AVX512)
     assert _small_register_tile(replace(nest, lane_extent=64), X86_AVX512)  # 4 x 6 = 24
+
+
+NHWC_CONV = mul_add_generic(
+    "1x10x10x8", "3x3x8x16", "1x8x8x16", "n, h, w, f, kh, kw, c",
+    ("n, h + kh, w + kw, c", "kh, kw, c, f", "n, h, w, f"),
+    "parallel, parallel, parallel, parallel, reduction, reduction, reduction")
+
+
+def test_a_window_split_across_reduction_steps_is_flagged():
+    """window-cut flags exactly the programs whose R0 step holds part of a window (kh or
+    kw tiled under its extent); the channel loop's steps do not count, and ops without a
+    window are never flagged."""
+    for text in (NHWC_CONV, BATCHED_DEPTHWISE):
+        ops = ops_of(text)
+        task = make_task(ops)
+        root = next(o for o in ops if o.reduction_dims)
+        window = [l for l in root.reduction_dims if l in (4, 5)]
+        rng = random.Random(1)
+        cut = whole = 0
+        for i in range(120):
+            p = annotate(ops, task.sketches[i % len(task.sketches)], rng, target=TWO_CORES)
+            if not p.sketch.root:
+                continue
+            is_cut = any(p.split(root.name, l).lengths[0] < root.extents[l] for l in window)
+            assert ("window-cut" in flagged(ops, p, TWO_CORES)) == is_cut
+            cut, whole = cut + is_cut, whole + (not is_cut)
+        assert cut > 10 and whole > 10
+    _, _, progs = programs(100)
+    assert not any("window-cut" in flagged(ops_of(MATMUL), p, TWO_CORES) for p in progs)

@@ -37,7 +37,7 @@ import numpy as np
 from mlir_ansor.dialect_helpers.linalg_info import OpInfo, OperandInfo
 from mlir_ansor.sketch_passes.annotation import inner_limit
 from mlir_ansor.sketch_passes.loops import (column_read_loop, footprint, op_by_name,
-                                            parallel_tiles, reuse_rows, span)
+                                            parallel_tiles, reuse_rows, span, window_loops)
 from mlir_ansor.sketch_passes.program import ParallelStep, Program, UnrollStep
 
 CACHE_LINE = 64
@@ -318,6 +318,8 @@ class RootNest:
     row_room: int = 1
     # Whether the lanes are capped at one vector (a column read: annotation.inner_limit).
     one_vector: bool = False
+    # Reduction steps (R0) the window loops are cut into (1: each step holds whole windows).
+    window_steps: int = 1
 
 
 def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
@@ -332,6 +334,8 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
     row_room = math.prod(min(op.extents[l], inner_limit(op, l))
                          for l in reuse_rows(op, nest.vector_loop))
+    window = [l for l in window_loops(op) or () if l in op.reduction_dims]
+    window_steps = math.prod(op.extents[l] // nest.tiles["r1"][l] for l in window)
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
-                    per_level, row_room, column_read_loop(op) is not None)
+                    per_level, row_room, column_read_loop(op) is not None, window_steps)
