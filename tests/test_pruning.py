@@ -36,8 +36,10 @@ def test_each_rule_flags_what_it_names():
         assert ("r1-over-l1" in names) == (n.bytes["r1"] > TWO_CORES.l1d_bytes)
         assert ("s2-over-l2" in names) == (n.bytes["s2"] > TWO_CORES.l2_bytes)
         assert ("odd-vector-row" in names) == (n.lanes in (24, 40, 48, 56))
-        # 64x48 output: up to 14 accumulators fit AVX2's 16 registers; under 4 is flagged.
-        assert ("small-register-tile" in names) == (n.reg_tile < 4 * 8)
+        # 64x48 output: up to 14 accumulators fit AVX2's 16 registers; under 4 is flagged
+        # (a row of 12 lanes takes 2 registers).
+        rows = n.reg_tile // n.lanes
+        assert ("small-register-tile" in names) == (rows * -(-n.lanes // 8) < 4)
     assert {"vector-not-filled", "idle-cores", "small-register-tile", "odd-vector-row"} <= seen
     # The same programs judged for a machine with a tiny L1 and one core.
     small = replace(TWO_CORES, l1d_bytes=1024, cores=1)
@@ -160,3 +162,18 @@ def test_a_window_split_across_reduction_steps_is_flagged():
         assert cut > 10 and whole > 10
     _, _, progs = programs(100)
     assert not any("window-cut" in flagged(ops_of(MATMUL), p, TWO_CORES) for p in progs)
+
+
+def test_a_row_narrower_than_a_vector_counts_as_one_register():
+    """An NCHW conv's 7-wide output rows: 16 rows of 7 lanes hold 16 of AVX-512's 32
+    registers in accumulators (not 112 / 16 = 7 registers' worth of elements), enough;
+    4 rows are too few where 16 fit."""
+    from mlir_ansor.targets import X86_AVX512
+    from mlir_ansor.tuner.features import RootNest
+    from mlir_ansor.sketch_passes.pruning import _small_register_tile, accumulators
+
+    nest = RootNest(lanes=7, lane_extent=7, workgroups=32, parallel_iterations=512 * 49,
+                    reg_tile=16 * 7, bytes={}, row_room=512)
+    assert accumulators(nest, X86_AVX512) == 16
+    assert not _small_register_tile(nest, X86_AVX512)
+    assert _small_register_tile(replace(nest, reg_tile=4 * 7), X86_AVX512)

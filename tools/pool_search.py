@@ -39,7 +39,8 @@ from mlir_ansor.tuner.cost_model import (CostModel, CostModelConfig, load_booste
 from mlir_ansor.tuner.evolution import EvolutionConfig
 from mlir_ansor.tuner.pretraining import load_corpus, train
 from mlir_ansor.tuner.records import Record, RecordStore
-from mlir_ansor.tuner.tasks import Task, extract_tasks
+from mlir_ansor.tuner.builder import single_configuration
+from mlir_ansor.tuner.tasks import Task, extract_tasks, with_codegen_view
 
 
 def pool_of(workload_dir: Path) -> tuple[Task, list[Record]]:
@@ -52,10 +53,16 @@ def pool_of(workload_dir: Path) -> tuple[Task, list[Record]]:
                          "random run (needs task_key.txt, tasks/t*/task.mlir and "
                          "random/records.jsonl)")
     key = key_file.read_text().strip()
-    tasks = [t for f in task_files for t in extract_tasks(f.read_text()) if t.key == key]
-    if not tasks:
+    found = [(f, t) for f in task_files for t in extract_tasks(f.read_text()) if t.key == key]
+    if not found:
         raise UsageError(f"{workload_dir}: no task with key {key} under tasks/")
-    return tasks[0], [r for r in RecordStore(recs).load() if r.task_key == key]
+    # The records' loops are those of the payload IREE's codegen hands the strategy (the
+    # measurer re-analyzes the task on it: a unit batch loop kept, for one), not of the
+    # task module.
+    f, task = found[0]
+    task = with_codegen_view(task, single_configuration(f.parent / "default_configs",
+                                                        task.name), task.target)
+    return task, [r for r in RecordStore(recs).load() if r.task_key == key]
 
 
 def replay(task: Task, pool: Sequence[Record], base: xgb.Booster | None, seed: int,

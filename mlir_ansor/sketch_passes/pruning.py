@@ -52,6 +52,13 @@ def _most_accumulators(n: RootNest, t: Target) -> int:
                for v in range(1, vectors + 1) if v & (v - 1) == 0)
 
 
+def accumulators(n: RootNest, t: Target) -> int:
+    """Vector registers the register tile accumulates in: rows x vectors per row. A row
+    narrower than a vector (7 output columns of 16 lanes) still takes a whole register,
+    so counting elements would undercount it."""
+    return n.reg_tile // max(n.lanes, 1) * -(-n.lanes // t.f32_lanes)
+
+
 def _small_register_tile(n: RootNest, t: Target) -> bool:
     # Under a quarter of the register file in accumulators, where the loops admit twice
     # that: each loaded operand feeds too few FMAs (load-bound). Measured, 62 tasks of this
@@ -59,7 +66,7 @@ def _small_register_tile(n: RootNest, t: Target) -> bool:
     # others at 0.52; 5 of the 62 bests had such a tile. Not without an outer product
     # (depthwise: every row loads its own input vector, more rows reuse nothing).
     need = t.vector_registers // 4
-    return (n.reg_tile < need * t.f32_lanes
+    return (accumulators(n, t) < need
             and _most_accumulators(n, t) >= 2 * need
             and n.parallel_iterations >= 4 * need * t.f32_lanes * t.cores)
 
