@@ -310,7 +310,6 @@ class RootNest:
     workgroups: int
     parallel_iterations: int  # product of the parallel extents
     reg_tile: int  # accumulator elements
-    bytes: dict[str, int]  # unique bytes of all buffers touched per level (LEVELS)
     # Rows an outer-product register tile could have: the product of the extents (each at
     # most its `inner_limit`: a column read has rows along the column only) of the loops
     # whose rows reuse the loaded vectors (`reuse_rows`); 1 when no input is broadcast
@@ -328,9 +327,6 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
         return None
     op = op_by_name(ops, program.sketch.root)
     nest = _root_nest(op, program)
-    buffers = [o for o in op.operands if not o.is_output] + [op.output]
-    per_level = {lvl: sum(footprint(o, nest.tiles[lvl]) * o.elem_bytes for o in buffers)
-                 for lvl in LEVELS}
     lane_extent = op.extents[nest.vector_loop] if nest.vector_loop is not None else 1
     row_room = math.prod(min(op.extents[l], inner_limit(op, l))
                          for l in reuse_rows(op, nest.vector_loop))
@@ -338,4 +334,4 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     window_steps = math.prod(op.extents[l] // nest.tiles["r1"][l] for l in window)
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
-                    per_level, row_room, column_read_loop(op) is not None, window_steps)
+                    row_room, column_read_loop(op) is not None, window_steps)
