@@ -317,7 +317,8 @@ class RootNest:
     row_room: int = 1
     # Whether the lanes are capped at one vector (a column read: annotation.inner_limit).
     one_vector: bool = False
-    # Reduction steps (R0) the window loops are cut into (1: each step holds whole windows).
+    # Reduction steps (R0) the window loops are cut into (1: each step holds whole windows,
+    # or no reduction but the window's).
     window_steps: int = 1
 
 
@@ -331,7 +332,10 @@ def root_nest(ops: Sequence[OpInfo], program: Program) -> RootNest | None:
     row_room = math.prod(min(op.extents[l], inner_limit(op, l))
                          for l in reuse_rows(op, nest.vector_loop))
     window = [l for l in window_loops(op) or () if l in op.reduction_dims]
-    window_steps = math.prod(op.extents[l] // nest.tiles["r1"][l] for l in window)
+    # Only where a reduction runs beside the window (input channels): a depthwise conv's
+    # every product loads its own input, so its steps add little (pruning's window-cut).
+    window_steps = math.prod(op.extents[l] // nest.tiles["r1"][l] for l in window) \
+        if len(window) < len(op.reduction_dims) else 1
     return RootNest(nest.lanes, lane_extent, nest.trip["s0"],
                     math.prod(op.extents[l] for l in op.parallel_dims), nest.trip["s3"],
                     row_room, column_read_loop(op) is not None, window_steps)
