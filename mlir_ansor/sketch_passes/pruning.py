@@ -1,5 +1,5 @@
 """Rules that recognise programs which cannot be fast on a target, before the cost model
-ranks them (read from the target description: vector width, caches, cores).
+ranks them (read from the target description: vector width, vector registers, cores).
 
 Annotation already keeps every program inside hard limits (the register tile fits the
 vector registers, tiles divide their loops: `annotation.violations`); these rules name soft
@@ -97,7 +97,7 @@ def _window_cut(n: RootNest, t: Target) -> bool:
 # register-tile loops' working set exceeds L2" flagged fast programs. Of 1000 random
 # programs each (Zen 4), the first flagged 11% of the conv's and 14% of the matmul's,
 # 26% / 19% of those in their pool's top 10%, the pool's best among them; the second was
-# neutral (13% in the top 10%). Streamed operands need no cache residency.
+# neutral (7% / 13% in the top 10%). Streamed operands need no cache residency.
 RULES: tuple[PruneRule, ...] = (
     PruneRule("vector-not-filled", "the vector tile is narrower than one register although "
               "the loop allows a full one", _vector_not_filled),
