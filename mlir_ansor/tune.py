@@ -162,6 +162,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "out in linalg (about 5x fewer multiplications; its transforms and "
                         "batch matmul are tuned): auto decides on the tuned forms end to end "
                         "(default), on, off (llvm-cpu)")
+    p.add_argument("--split-borders", choices=["auto", "on", "off"], default="auto",
+                   help="padded convolutions on small images split into interior and border "
+                        "rows, each with the taps that meet the image (skips the "
+                        "multiplications by the padding): auto decides on the tuned forms end "
+                        "to end (default), on, off (llvm-cpu)")
     p.add_argument("--small-sizes", choices=["auto", "off"], default="auto",
                    help="a dynamic model's smallest sizes (1, 2, 4, ... up to 64) in static "
                         "branches whose contractions are padded to the branch's top: auto "
@@ -240,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             io_layout=args.io_layout, pad_fusion=args.pad_fusion,
             fold_transposes=args.fold_transposes,
             propagate_transposes=args.propagate_transposes, winograd=args.winograd,
+            split_borders=args.split_borders,
             small_sizes=args.small_sizes,
             objective=args.objective, latency_requirement_s=args.latency_requirement_ms / 1e3,
             early_stop=args.early_stop, search_minutes=args.search_minutes,

@@ -70,3 +70,26 @@ def reassociation_groups(op: ir.Operation) -> list[list[int]]:
     `reassociation`): per source dim of an expand, the result dims it becomes."""
     return [[ir.IntegerAttr(k).value for k in ir.ArrayAttr(g)]
             for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def zero_init(op: ir.Operation) -> None:
+    """`op` (two inputs, one init) accumulates into a zero fill; a generic after it adds
+    its old init (a bias)."""
+    init = op.operands[2]
+    t = init.type
+    et, rank = t.element_type, len(t.shape)
+    identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    with ir.InsertionPoint(op), op.location:
+        fill = zeros(t.shape, et)
+        add = linalg.GenericOp([t], [op.results[0], init], [tensor.EmptyOp(t.shape, et).result],
+                               ir.ArrayAttr.get([identity] * 3),
+                               ir.ArrayAttr.get([parallel] * rank))
+        body = add.regions[0].blocks.append(et, et, et)
+        with ir.InsertionPoint(body):
+            linalg.YieldOp([arith.AddFOp(body.arguments[0], body.arguments[1]).result])
+    op.move_before(add)
+    for use in list(op.results[0].uses):
+        if use.owner != add.operation:
+            use.owner.operands[use.operand_number] = add.result
+    op.operands[2] = fill

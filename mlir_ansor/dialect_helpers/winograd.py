@@ -39,7 +39,7 @@ from iree.compiler.dialects import arith, linalg, tensor
 
 from mlir_ansor.dialect_helpers.linalg_info import linalg_ops
 from mlir_ansor.dialect_helpers.tensor_building import (defining, is_zero_fill, padded,
-                                                        reassociation, sliced, zeros)
+                                                        reassociation, sliced, zeros, zero_init)
 from mlir_ansor.errors import AnsorError
 
 _CONVS = {"linalg.conv_2d_nhwc_hwcf": (0, 1), "linalg.conv_2d_nchw_fchw": (2, 3)}
@@ -121,28 +121,6 @@ def _worth_it(op: ir.Operation) -> bool:
 def tile_waste(oh: int, ow: int) -> float:
     """The area whole 6x6 tiles compute over the output's (14x14: 18x18, 1.65)."""
     return math.ceil(oh / 6) * math.ceil(ow / 6) * 36 / (oh * ow)
-
-
-def _split_init(op: ir.Operation) -> None:
-    """`op` accumulates into a zero fill; a generic after it adds its old init."""
-    init = op.operands[2]
-    t = init.type
-    et, rank = t.element_type, len(t.shape)
-    identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
-    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
-    with ir.InsertionPoint(op), op.location:
-        fill = zeros(t.shape, et)
-        add = linalg.GenericOp([t], [op.results[0], init], [tensor.EmptyOp(t.shape, et).result],
-                               ir.ArrayAttr.get([identity] * 3),
-                               ir.ArrayAttr.get([parallel] * rank))
-        body = add.regions[0].blocks.append(et, et, et)
-        with ir.InsertionPoint(body):
-            linalg.YieldOp([arith.AddFOp(body.arguments[0], body.arguments[1]).result])
-    op.move_before(add)
-    for use in list(op.results[0].uses):
-        if use.owner != add.operation:
-            use.owner.operands[use.operand_number] = add.result
-    op.operands[2] = fill
 
 
 def _constant(m: np.ndarray, et: ir.Type) -> ir.Value:
@@ -300,7 +278,7 @@ def with_winograd(model_mlir: str, sites: Sequence[int]) -> str:
                                     "stride-1 f32 convolution with static shapes")
         for i in sites:
             if not is_zero_fill(ops[i].operands[2]):
-                _split_init(ops[i])
+                zero_init(ops[i])
             _rewrite(ops[i])
         if not module.operation.verify():
             raise WinogradError("the model does not verify after the Winograd rewrite")

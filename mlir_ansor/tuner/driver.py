@@ -105,6 +105,12 @@ class TuneOptions:
     # side; the batch matmuls it forms are tuned like any task); "on" wherever it builds and
     # matches torch; "off" never.
     winograd: str = "auto"
+    # Padded convolutions split into interior and border rows, each with the taps that meet
+    # the image (llvm-cpu; dialect_helpers/padded_borders.py: where the split skips at least
+    # a tenth of a conv's taps in at most 3 convolutions): "auto" decides on the tuned forms
+    # end to end where the model can be tuned in two forms (else split); "on" wherever it
+    # builds and matches torch; "off" never.
+    split_borders: str = "auto"
     # Each task's first batch starts with the programs closest to IREE's own tile sizes.
     # Off by default: on ResNet-50 at 300 trials it lifted most 1x1-conv tasks from 0.2-0.8x
     # to 0.85-1.1x of IREE's default, but end to end it measured 64.4 ms against 61.4 ms
@@ -179,6 +185,9 @@ class TuneOptions:
                              "(auto, on or off)")
         if self.winograd not in ("auto", "on", "off"):
             raise UsageError(f"unknown --winograd {self.winograd!r} (auto, on or off)")
+        if self.split_borders not in ("auto", "on", "off"):
+            raise UsageError(f"unknown --split-borders {self.split_borders!r} (auto, on or "
+                             "off)")
         if self.small_sizes not in ("auto", "off"):
             raise UsageError(f"unknown --small-sizes {self.small_sizes!r} (auto or off)")
         if self.io_layout not in IO_LAYOUTS:

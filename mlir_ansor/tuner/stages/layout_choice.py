@@ -28,6 +28,8 @@ from mlir_ansor.dialect_helpers.activation_layout import channels_first_convs
 from mlir_ansor.dialect_helpers.data_tiling_hints import (DataTilingHintError, hint_sites,
                                                           same_contractions, with_hints)
 from mlir_ansor.dialect_helpers.layout_rewrite import LayoutRewriteError, find_sites, pack_tile
+from mlir_ansor.dialect_helpers.padded_borders import (BorderSplitError, border_sites,
+                                                       with_border_split)
 from mlir_ansor.dialect_helpers.size_dispatch import DispatcherError
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes, with_small_sizes
 from mlir_ansor.dialect_helpers.winograd import (WinogradError,
@@ -36,8 +38,8 @@ from mlir_ansor.errors import CompileError, DefaultModuleError
 from mlir_ansor.targets import get_target
 from mlir_ansor.tuner.e2e import (check_default, check_outputs, compile_model,
                                   model_reference, save_inputs, size_timing)
-from mlir_ansor.tuner.layouts import (CHANNELS_LAST_TOLERANCE, DATA_TILING, DATA_TILING_FLAGS,
-                                      FLIPS, WINOGRAD,
+from mlir_ansor.tuner.layouts import (BORDERS, CHANNELS_LAST_TOLERANCE, DATA_TILING,
+                                      DATA_TILING_FLAGS, FLIPS, WINOGRAD, BorderChoice,
                                       FOLD_TRANSPOSES_FLAGS, PAD_FUSION_FLAGS,
                                       PROPAGATE_TRANSPOSES_FLAGS,
                                       Alternative, DataTilingChoice, ModelLayout,
@@ -124,6 +126,12 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
             wino, marked = winograd(state, m, base, sites, base_vmfb, flags)
         if marked is not None:
             base, flow, base_vmfb = marked
+    borders = None
+    if opts.split_borders != "off" and relayout:
+        with clock.stage("layout/border split"):
+            borders, marked = split_borders(state, m, base, flags)
+        if marked is not None:
+            base, flow, base_vmfb = marked
     if opts.pad_fusion == "on" and relayout and "tensor.pad" in base.read_text():
         with clock.stage("layout/pad fusion"):
             pad, fused_vmfb = pad_fusion(state, m, base, base_vmfb, flags)
@@ -183,7 +191,7 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
         return _data_tiled_first(state, m, "no packed weight changes a dispatch")
     forms = ModelForms(activation, channels_last, base, frozenset(dispatch_keys(flow)),
                        tuple(alts), tuple(packed), flow, tiling, small, pad, transposes, wino,
-                       propagation=propagation)
+                       propagation=propagation, borders=borders)
     if opts.winograd == "auto" and wino is not None and wino.built:
         with clock.stage("layout/winograd other form"):
             other = other_form(state, m, forms, WINOGRAD)
@@ -209,6 +217,18 @@ def model_forms(state: RunState, m: ModelIn, packing_first: bool = True
             notes.append(f"The form of {m.name} {'with' if packed_first else 'without'} "
                          "data tiling is tuned too: the hand-back keeps the faster tuned form "
                          "end to end")
+    # The padded form beside the split one (one other form: after the two above). IREE's
+    # default kernels of both say nothing of the tuned ones (C3D-b16: 35 ms either way,
+    # 1.6 tuned).
+    if (forms.other is None and opts.split_borders == "auto" and borders is not None
+            and borders.on):
+        with clock.stage("layout/border split other form"):
+            other = other_form(state, m, forms, BORDERS)
+        if isinstance(other, str):
+            notes.append(f"Border split of {m.name} not checked against the padded form: "
+                         f"{other}")
+        else:
+            forms = replace(forms, other=other)
     return forms, notes
 
 
@@ -275,11 +295,34 @@ def flip_winograd(f: ModelForms, model_text: str) -> ModelForms:
     on = not w.on
     sites = w.built if on else ()
     tiling = f.data_tiling
+    # (Border sites are positions after the Winograd rewrite: that form is not split.)
+    borders = (replace(f.borders, on=False, sites=(), built=(),
+                       why="not with Winograd the other way")
+               if f.borders is not None else None)
     if f.tiled:
-        before = ModelLayout(f.channels_last, winograd_sites=f.winograd_sites).apply(model_text)
+        before = ModelLayout(f.channels_last, winograd_sites=f.winograd_sites,
+                             border_sites=f.border_sites).apply(model_text)
         after = ModelLayout(f.channels_last, winograd_sites=sites).apply(model_text)
         tiling = replace(tiling, sites=same_contractions(before, after, tiling.sites))
-    return replace(f, winograd=replace(w, on=on, sites=sites), data_tiling=tiling)
+    return replace(f, winograd=replace(w, on=on, sites=sites), data_tiling=tiling,
+                   borders=borders)
+
+
+def flip_borders(f: ModelForms, model_text: str) -> ModelForms:
+    """`f` with its padded convolutions split where they are not and back where they
+    are; its data-tiled contractions at their positions in that form (the split adds ops).
+    `model_text`: the model as imported. Its flow and dispatch keys are still `f`'s."""
+    b = f.borders
+    on = not b.on
+    sites = b.built if on else ()
+    tiling = f.data_tiling
+    if f.tiled:
+        before = ModelLayout(f.channels_last, winograd_sites=f.winograd_sites,
+                             border_sites=f.border_sites).apply(model_text)
+        after = ModelLayout(f.channels_last, winograd_sites=f.winograd_sites,
+                            border_sites=sites).apply(model_text)
+        tiling = replace(tiling, sites=same_contractions(before, after, tiling.sites))
+    return replace(f, borders=replace(b, on=on, sites=sites), data_tiling=tiling)
 
 
 def flip_data_tiling(f: ModelForms) -> ModelForms:
@@ -304,11 +347,12 @@ def other_form(state: RunState, m: ModelIn, f: ModelForms, flips: str) -> OtherF
         # Without packed weights: their sites are positions among the linalg ops, which
         # marking a conv with a bias moves, and the packing decision is the first form's
         # (on ResNet-50 it is the classifier's weight alone, about 0.1% of the FLOPs).
-        flipped = flip_winograd(f, text) if flips == WINOGRAD else flip_data_tiling(f)
+        flipped = (flip_winograd(f, text) if flips == WINOGRAD
+                   else flip_borders(f, text) if flips == BORDERS else flip_data_tiling(f))
         other = replace(flipped, alternatives=(), packed_tasks=())
         flow = model_flow(other.layout().apply(text), base, state.opts.target, state.tools,
                           FLOW_TIMEOUT_S, other.flags)
-    except (CompileError, DataTilingHintError, WinogradError) as e:
+    except (CompileError, DataTilingHintError, WinogradError, BorderSplitError) as e:
         return f"the other form: {e}"[:300]
     plain, alt = Counter(dispatch_keys(f.flow)), Counter(dispatch_keys(flow))
     added = alt - plain
@@ -496,6 +540,40 @@ def winograd(state: RunState, m: ModelIn, base: Path, sites: Sequence[WinogradSi
     if not choice.on:
         return choice, None
     marked = m.dir / "model_winograd.mlir"
+    shutil.copyfile(src, marked)
+    return choice, (marked, flow, vmfb)
+
+
+def split_borders(state: RunState, m: ModelIn, base: Path, flags: tuple[str, ...] = ()
+                  ) -> tuple[BorderChoice | None, tuple[Path, str, Path] | None]:
+    """Whether `base`'s padded convolutions are split into interior and borders
+    (padded_borders.border_sites offers them), and where they are, `base` split
+    (model_borders.mlir), its flow-level module and IREE's default build of it, which must
+    match torch on the example (every size sample of a dynamic model). None where the rule
+    offers no convolution. IREE's default builds are not timed against each other: its
+    kernels of such convs are far from the tuned ones either way; with --split-borders auto
+    the padded form is tuned too where it can be (model_forms), and the faster handed back."""
+    opts, tools = state.opts, state.tools
+    text = base.read_text()
+    sites = border_sites(text)
+    if not sites:
+        return None, None
+    chosen = tuple(s.index for s in sites)
+    saved = (sum(s.saved * s.regions for s in sites) / sum(s.regions for s in sites))
+    work = m.dir / "e2e" / "borders"
+    src, vmfb = work / "model_borders.mlir", work / "split" / "borders.vmfb"
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        src.write_text(with_border_split(text, chosen))
+        checked_build(state, m, src, vmfb, flags)
+        flow = flow_source(src, opts.target, tools, FLOW_TIMEOUT_S, flags)
+    except DefaultModuleError:
+        raise
+    except (CompileError, BorderSplitError) as e:
+        return BorderChoice(False, why=f"IREE's build with it: {e}"[:300]), None
+    why = "--split-borders on" if opts.split_borders == "on" else "offered by the rule"
+    choice = BorderChoice(True, why, chosen, saved, built=chosen)
+    marked = m.dir / "model_borders.mlir"
     shutil.copyfile(src, marked)
     return choice, (marked, flow, vmfb)
 

@@ -226,6 +226,16 @@ def layout_parts(state: RunState) -> list[str]:
                         if w.on else f"off: {w.why}")
                      + left + ")")
     for name, f in state.forms.items():
+        b = f.borders
+        if b is None:
+            continue
+        timed = (f"the tuned model end to end: padded {b.speedups[0]:.2f}x, split "
+                 f"{b.speedups[1]:.2f}x IREE's default: " if b.speedups else "")
+        parts.append(f"Border split of {name}'s padded convolutions ({timed}"
+                     + (f"on for {len(b.sites)} convolutions, skipping "
+                        f"{100 * b.saved:.0f}% of their taps ({b.why}): their interiors "
+                        "and border rows are tasks" if b.on else f"off: {b.why}") + ")")
+    for name, f in state.forms.items():
         p = f.pad_fusion
         if p is None:
             continue
@@ -471,6 +481,9 @@ def write_report(state: RunState) -> RunState:
                          # chose the form tuned first; both forms tuned, their speedups
                          "winograd_default_s": _winograd_default_s(state.forms[m.name]),
                          "winograd_speedups": _speedups(state.forms[m.name].winograd),
+                         "border_sites": list(state.forms[m.name].border_sites),
+                         # (padded, split): both forms tuned, their speedups end to end
+                         "border_speedups": _speedups(state.forms[m.name].borders),
                          "small_size_branches": list(state.forms[m.name].small.tops)
                          if state.forms[m.name].small else None,
                          "handed_back": "tuned" if hb.wins[m.name] else "default",

@@ -10,8 +10,8 @@ from mlir_ansor.dialect_helpers.layout_rewrite import PackSite
 from mlir_ansor.transform_scripts.library import TunedEntry
 from mlir_ansor.tuner.e2e import EndToEnd
 from mlir_ansor.dialect_helpers.small_sizes import SmallSizes
-from mlir_ansor.tuner.layouts import (DATA_TILING, WINOGRAD, ActivationChoice, Alternative,
-                                      DataTilingChoice, ModelLayout, PackingChoice,
+from mlir_ansor.tuner.layouts import (BORDERS, DATA_TILING, WINOGRAD, ActivationChoice,
+                                      Alternative, BorderChoice, DataTilingChoice, ModelLayout, PackingChoice,
                                       PadFusionChoice, PropagationChoice, SmallSizesChoice,
                                       TransposeChoice,
                                       WinogradChoice, form_name)
@@ -48,7 +48,7 @@ class ModelIn:
 
 
 # The ModelForms field that holds each decision an other form flips.
-_CHOICE_FIELDS = {WINOGRAD: "winograd", DATA_TILING: "data_tiling"}
+_CHOICE_FIELDS = {WINOGRAD: "winograd", DATA_TILING: "data_tiling", BORDERS: "borders"}
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,15 @@ class ModelForms:
     # IREE's aggressive transpose propagation (None: not considered: --propagate-transposes
     # off, or weights' transposes folded)
     propagation: PropagationChoice | None = None
+    # Padded convolutions split into interior and borders (None: not considered: none the
+    # rule offers, or --split-borders off)
+    borders: BorderChoice | None = None
 
     def layout(self, sites: tuple[PackSite, ...] = ()) -> ModelLayout:
         """The layout of this form with the packed weight `sites`."""
         return ModelLayout(self.channels_last, sites, self.tiled, self.tiled_sites, self.small,
-                           self.fused, self.folded, self.winograd_sites, self.propagated)
+                           self.fused, self.folded, self.winograd_sites, self.propagated,
+                           self.border_sites)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -107,15 +111,20 @@ class ModelForms:
                            winograd_sites=self.winograd_sites).flags
 
     @property
+    def border_sites(self) -> tuple[int, ...]:
+        """The padded convolutions split into interior and borders, none without."""
+        return self.borders.sites if self.borders and self.borders.on else ()
+
+    @property
     def winograd_sites(self) -> tuple[int, ...]:
         """The 3x3 convolutions IREE computes by Winograd, none without."""
         return self.winograd.sites if self.winograd and self.winograd.on else ()
 
-    def choice(self, flips: str) -> WinogradChoice | DataTilingChoice | None:
+    def choice(self, flips: str) -> WinogradChoice | DataTilingChoice | BorderChoice | None:
         """The decision an other form flips (layouts.FLIPS) as this form holds it."""
         return getattr(self, _CHOICE_FIELDS[flips])
 
-    def with_choice(self, flips: str, choice: WinogradChoice | DataTilingChoice) -> ModelForms:
+    def with_choice(self, flips: str, choice: WinogradChoice | DataTilingChoice | BorderChoice) -> ModelForms:
         """This form with the decision `flips` replaced by `choice`."""
         return replace(self, **{_CHOICE_FIELDS[flips]: choice})
 
