@@ -215,9 +215,7 @@ def layout_parts(state: RunState) -> list[str]:
             continue
         timed = (f"IREE's default builds side by side: direct {fmt_ms(w.plain_s)} ms, "
                  f"Winograd {fmt_ms(w.winograd_s)} ms: " if w.plain_s and w.winograd_s else "")
-        if w.speedups:
-            timed += (f"the tuned model end to end: direct {w.speedups[0]:.2f}x, Winograd "
-                      f"{w.speedups[1]:.2f}x IREE's default: ")
+        timed += _tuned_pair(w.speedups, "direct", "Winograd")
         left = f"; left direct: {'; '.join(w.left)}" if w.left else ""
         parts.append(f"Winograd F(6x6, 3x3) of {name} ({timed}"
                      + (f"on for {len(w.sites)} convolutions" + (f" ({w.why})" if w.why
@@ -225,13 +223,9 @@ def layout_parts(state: RunState) -> list[str]:
                         + ": their transforms and batch matmuls are tasks"
                         if w.on else f"off: {w.why}")
                      + left + ")")
-    for name, f in state.forms.items():
-        b = f.borders
-        if b is None:
-            continue
-        timed = (f"the tuned model end to end: padded {b.speedups[0]:.2f}x, split "
-                 f"{b.speedups[1]:.2f}x IREE's default: " if b.speedups else "")
-        parts.append(f"Border split of {name}'s padded convolutions ({timed}"
+    for name, b in ((n, f.borders) for n, f in state.forms.items() if f.borders):
+        parts.append(f"Border split of {name}'s padded convolutions ("
+                     + _tuned_pair(b.speedups, "padded", "split")
                      + (f"on for {len(b.sites)} convolutions, skipping "
                         f"{100 * b.saved:.0f}% of their taps ({b.why}): their interiors "
                         "and border rows are tasks" if b.on else f"off: {b.why}") + ")")
@@ -383,6 +377,14 @@ def _plan_json(plan) -> dict | None:
             "cuts": list(plan.cuts),
             "choices": {k: [p.key if p is not None else None for p in progs]
                         for k, progs in plan.choices.items()}}
+
+
+def _tuned_pair(speedups: tuple[float, float] | None, without: str, with_: str) -> str:
+    """What both tuned forms of a model ran end to end (without, with a choice), if both ran."""
+    if not speedups:
+        return ""
+    return (f"the tuned model end to end: {without} {speedups[0]:.2f}x, {with_} "
+            f"{speedups[1]:.2f}x IREE's default: ")
 
 
 def _speedups(choice) -> list[float] | None:
