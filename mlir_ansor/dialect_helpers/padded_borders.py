@@ -104,6 +104,22 @@ class BorderSite:
     axes: tuple[PaddedAxis, ...]  # the axes split, by the rule
     saved: float  # the share of the op's taps that the split skips
     regions: int  # convolutions it becomes
+    taps: int  # the op's multiply-accumulates (the product of its loop extents)
+
+
+# Per operand, per dim: the (loop, coefficient) terms of its indexing map.
+Terms = tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """A generalized conv's image operand, its padded axes that can be split, its maps'
+    terms and its multiply-accumulates."""
+
+    image: int
+    axes: tuple[PaddedAxis, ...]
+    terms: Terms
+    taps: int
 
 
 def _const_float(value: ir.Value) -> float | None:
@@ -159,8 +175,8 @@ def _is_multiply_accumulate(generic: ir.Operation) -> bool:
     return names == ["arith.mulf", "arith.addf", "linalg.yield"]
 
 
-def _axes(generic: ir.Operation) -> tuple[int, list[PaddedAxis]] | None:
-    """The image operand of a generalized conv and its padded axes that can be split."""
+def _conv(generic: ir.Operation) -> _Conv | None:
+    """A generalized conv over a zero-padded image with axes that can be split, else None."""
     if generic.name != "linalg.generic" or len(generic.results) != 1:
         return None
     if not _is_multiply_accumulate(generic):
@@ -176,7 +192,7 @@ def _axes(generic: ir.Operation) -> tuple[int, list[PaddedAxis]] | None:
         row = [_affine_terms(r) for r in amap.results]
         if any(t is None for t in row):
             return None
-        terms.append(row)
+        terms.append(tuple(row))
     extents: dict[int, int] = {}
     for op_terms, t in zip(terms, types):
         for d, ts in enumerate(op_terms):
@@ -207,7 +223,7 @@ def _axes(generic: ir.Operation) -> tuple[int, list[PaddedAxis]] | None:
                 continue
             axes.append(PaddedAxis(d, o, k, s, dl, size, pad[0], extents[o], extents[k]))
         if axes:
-            return image, axes
+            return _Conv(image, tuple(axes), tuple(terms), math.prod(extents.values()))
     return None
 
 
@@ -237,17 +253,16 @@ def _generalized(module: ir.Module) -> ir.Module:
     return copy
 
 
-def _sites(generalized: ir.Module, rule: BorderRule) -> list[tuple[BorderSite, int]]:
-    """Every padded conv the rule splits, with its image operand."""
+def _sites(generalized: ir.Module, rule: BorderRule) -> list[tuple[BorderSite, _Conv]]:
+    """Every padded conv the rule splits, with what the split reads of it."""
     out = []
     for i, g in enumerate(linalg_ops(generalized)):
-        found = _axes(g)
-        if found is None:
+        conv = _conv(g)
+        if conv is None:
             continue
-        image, axes = found
-        chosen, saved, regions = _choose(axes, rule)
+        chosen, saved, regions = _choose(conv.axes, rule)
         if chosen and regions > 1:
-            out.append((BorderSite(i, chosen, saved, regions), image))
+            out.append((BorderSite(i, chosen, saved, regions, conv.taps), conv))
     return out
 
 
@@ -259,8 +274,7 @@ def border_sites(model_mlir: str, rule: BorderRule = BorderRule()) -> list[Borde
         return [s for s, _ in _sites(generalized, rule) if s.saved >= rule.min_saved]
 
 
-def _split(op: ir.Operation, image: int, site: BorderSite,
-           terms: list[list[tuple[tuple[int, int], ...]]]) -> None:
+def _split(op: ir.Operation, image: int, site: BorderSite, terms: Terms) -> None:
     """Replace `op` by one clone per region (a product of the axes' segments), each over
     slices of its operands, inserted into its output."""
     n_in = len(op.operands) - 1
@@ -321,21 +335,17 @@ def with_border_split(model_mlir: str, sites: Sequence[int],
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(model_mlir)
         ops = linalg_ops(module)  # (positions before any split)
-        generalized = _generalized(module)
-        gens = linalg_ops(generalized)
-        found = {s.index: (s, image) for s, image in _sites(generalized, rule)}
+        found = {s.index: (s, conv) for s, conv in _sites(_generalized(module), rule)}
         for i in sites:
             if i not in found:
                 raise BorderSplitError(
                     f"border-split site {i} is not a padded convolution the rule splits "
                     f"(the model has {len(ops)} linalg ops; a layout of another model?)")
         for i in sites:
-            site, image = found[i]
-            terms = [[_affine_terms(r) for r in ir.AffineMapAttr(a).value.results]
-                     for a in gens[i].attributes["indexing_maps"]]
+            site, conv = found[i]
             if not is_zero_fill(ops[i].operands[-1]):
                 zero_init(ops[i])
-            _split(ops[i], image, site, terms)
+            _split(ops[i], conv.image, site, conv.terms)
         if not module.operation.verify():
             raise BorderSplitError("the model does not verify after the border split "
                                    "(a bug of mlir-ansor)")
