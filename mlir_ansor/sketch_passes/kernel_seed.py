@@ -88,6 +88,11 @@ def register_tile(op: OpInfo, target: Target, peel_rows: bool = False,
         # (BERT's 128x768x768 projection: 8 x 48 lanes 3.0-19.6 ms, 8 x 64 0.71-0.79).
         widths = {v: {vloop: v * lanes} for v in (1, 2, 4)
                   if v <= min(vectors, most_vectors) and op.extents[vloop] % (v * lanes) == 0}
+        if op.extents[vloop] < lanes:
+            # A contiguous dim shorter than a vector is one partial vector (an NCHW
+            # conv's 7 columns: a 256-bit register of 7 lanes, at full FMA rate on a
+            # core whose 512-bit FMAs are two 256-bit halves).
+            widths = {1: {vloop: op.extents[vloop]}}
     else:
         most_vectors = min(vectors, inner_limit(op, panel, target=target))
         widths = {v: {vloop: lanes, panel: v} for v in range(1, most_vectors + 1)
