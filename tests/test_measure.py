@@ -455,6 +455,16 @@ def test_a_candidate_the_default_outclasses_leaves_the_race(mm_measurer, monkeyp
     assert not M.outclassed([2.0], [1.0], [{"a": 3.0}], [{"a": 1.0}])  # one round: too early
 
 
+def test_without_a_race_every_program_runs_every_round(mm_measurer, monkeypatch):
+    """A comparison of programs (tools/tuning_curve.py --retime) times each in every
+    round: one far behind or outclassed after a round still runs them all."""
+    progs = _programs(mm_measurer, 2, seed=21)
+    calls = _fake_timing(mm_measurer, monkeypatch, {"c0": 2.0, "c1": 0.5})
+    res = mm_measurer.remeasure(progs, rounds=4, race=False)
+    assert calls.count("c0") == 4 and calls.count("c1") == 4 and calls.count("default") == 4
+    assert res.tuned == [2.0, 0.5]
+
+
 def test_the_race_ends_once_one_program_has_clearly_won(mm_measurer, monkeypatch):
     """A program that another program beats in every run leaves the race too (only the
     fastest can be kept), and once one is left that beats the default by the margin in

@@ -17,7 +17,8 @@ writes curves.png.
 A curve's best is the fastest of many noisy timings, random's after 1000 most of all (the
 maximum of 1000 draws keeps the luckiest): `--retime` builds random's top programs after
 1000 and every other run's best within its first `--within` measurements again, validates
-them and times them side by side in interleaved rounds with IREE's default, and says
+them and times them side by side in interleaved rounds with IREE's default (every
+program in every round: none leaves the race early), and says
 whether each run's program is as fast as random's best when both are timed alike.
 
 The task's key is written to OUT/WORKLOAD/task_key.txt, so a model can be trained without
@@ -157,14 +158,14 @@ def retime(root: Path, within: int, rounds: int, random_top: int = 3) -> None:
             entries += [(d.name, r) for r in best_programs(
                 RecordStore(d / "records.jsonl").load(), within, 1)]
         m = prepare(wdir.name, wdir, tools, cfg)
-        again = m.remeasure([r.to_program() for _, r in entries], rounds=rounds)
+        again = m.remeasure([r.to_program() for _, r in entries], rounds=rounds, race=False)
         if again is None:
             raise SystemExit(f"{wdir.name}: IREE's default failed to run again")
         gf = [flops / t / 1e9 if t else None for t in again.tuned]
         best_random = max((g for (run, _), g in zip(entries, gf) if run == "random" and g),
                           default=None)
         print(f"{wdir.name}: IREE default re-timed {flops / again.default_s / 1e9:.1f} "
-              f"GFLOP/s; {rounds} interleaved rounds (a program far behind leaves early)")
+              f"GFLOP/s; medians of {rounds} interleaved rounds, every program in each")
         print(f"  {'run':32s} {'program':14s} {'recorded':>9s} {'re-timed':>9s} "
               f"{'vs random best':>14s}")
         for (run, r), g in zip(entries, gf):

@@ -449,14 +449,16 @@ class TaskMeasurer:
                         timing_share=1.0 / max(1, len(self.points)))
 
     def remeasure(self, programs: Sequence[Program], rounds: int = 4,
-                  margin: float | None = None) -> Remeasured | None:
+                  margin: float | None = None, race: bool = True) -> Remeasured | None:
         """Build and validate `programs` again, then re-time the default and them in
         interleaved rounds (a noisy machine drifts between measurements taken minutes
         apart; records of another machine or IREE version were never run here); a program
         `outclassed` by the default or by another program leaves the race, and the rounds
         end when none is left, or when one is left with a `clear_win` by `margin` over the
         default (the caller's threshold for keeping a program: the decision is made; None:
-        all rounds run for it).
+        all rounds run for it). Without `race` every program runs every round (a
+        comparison of all of them, not a choice of one: one unlucky first run must not end
+        a program's timing on a noisy machine).
         Medians of the default and of each program over the rounds it ran (None where it
         failed now), also per size sample of a dynamic task; None if the default failed."""
         base = self.dir / "best"
@@ -500,6 +502,8 @@ class TaskMeasurer:
                 else:
                     t_new[i].append(latency)
                     at_new[i].append(by)
+            if not race:
+                continue
             racing = [go and not outclassed(t, t_def, a, at_def)
                       for go, t, a in zip(racing, t_new, at_new)]
             if r == 0:  # a program far behind another in the first round leaves at once
