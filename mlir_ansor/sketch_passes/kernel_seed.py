@@ -1,6 +1,6 @@
 """Seed programs from the target's register file, the micro-kernel a BLAS library would
 pick: per sketch with a multi-level-tiled root, an outer-product register tile (rows of
-one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim)
+one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim, or one partial vector of a dim shorter)
 with enough accumulators to hide the FMA latency and the most FMAs per loaded register,
 in about WORKGROUPS_PER_CORE workgroups per core; one S1 tile per register tile, and
 (`_blocked`) a block of them sharing an L1-sized reduction chunk; a block of rows
@@ -69,8 +69,9 @@ def row_loop(op: OpInfo, target: Target) -> int | None:
 def register_tile(op: OpInfo, target: Target, peel_rows: bool = False,
                   vectors: int = VECTORS_PER_ROW) -> dict[int, int] | None:
     """Loop -> register tile of the outer-product micro-kernel for `op` on `target`: `v`
-    whole vectors of the contiguous output loop times `rows` of `row_loop`; None when the
-    op has no such pair (no broadcast operand, or a contiguous loop that fills no vector).
+    whole vectors of the contiguous output loop (one partial vector where that loop is
+    shorter than a vector) times `rows` of `row_loop`; None when the op has no such pair
+    (no broadcast operand, or a contiguous loop that no whole vector divides).
     Where the lanes are one vector long and a panel loop stands beside them (a packed
     weight, `panel_loop`), the `v` vectors are `v` panels of one vector each. Rows divide
     the row loop, or with `peel_rows` need not (its partial last tile peeled: 197 tokens);
@@ -86,13 +87,11 @@ def register_tile(op: OpInfo, target: Target, peel_rows: bool = False,
         most_vectors = max(1, inner_limit(op, vloop, target=target) // lanes)
         # Powers of two: a row of 3 vectors is one 48-lane LLVM vector, which lowered badly
         # (BERT's 128x768x768 projection: 8 x 48 lanes 3.0-19.6 ms, 8 x 64 0.71-0.79).
-        widths = {v: {vloop: v * lanes} for v in (1, 2, 4)
-                  if v <= min(vectors, most_vectors) and op.extents[vloop] % (v * lanes) == 0}
-        if op.extents[vloop] < lanes:
-            # A contiguous dim shorter than a vector is one partial vector (an NCHW
-            # conv's 7 columns: a 256-bit register of 7 lanes, at full FMA rate on a
-            # core whose 512-bit FMAs are two 256-bit halves).
-            widths = {1: {vloop: op.extents[vloop]}}
+        # A contiguous dim shorter than a vector is one partial vector (an NCHW conv's 7
+        # columns), else no whole vector would divide it and the op would get no seed.
+        widths = ({1: {vloop: op.extents[vloop]}} if op.extents[vloop] < lanes else
+                  {v: {vloop: v * lanes} for v in (1, 2, 4)
+                   if v <= min(vectors, most_vectors) and op.extents[vloop] % (v * lanes) == 0})
     else:
         most_vectors = min(vectors, inner_limit(op, panel, target=target))
         widths = {v: {vloop: lanes, panel: v} for v in range(1, most_vectors + 1)
