@@ -3,12 +3,13 @@ pick: per sketch with a multi-level-tiled root, an outer-product register tile (
 one loop that reuses the loaded vectors, by whole vectors of the output's contiguous dim,
 or one partial vector of a dim shorter than a vector) with enough accumulators to hide
 the FMA latency and the most FMAs per loaded register, in about WORKGROUPS_PER_CORE
-workgroups per core; one S1 tile per register tile, and (`_blocked`) a block of them sharing an L1-sized reduction chunk; a block of rows
-sweeping a packed panel that fills the stack (`_packed_block`, GotoBLAS's shape); and once
-per task the first sketch's plain seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's
-first batch measures them (on by default; `--no-kernel-seeds` turns them off); evolution
-mutates from there. A hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster
-than what 48-96 trials of search had found (results.md).
+workgroups per core; one S1 tile per register tile, and (`_blocked`) a block of them
+sharing an L1-sized reduction chunk; a block of rows sweeping a packed panel that fills
+the stack (`_packed_block`, GotoBLAS's shape); and once per task the first sketch's plain
+seed in FINE_WORKGROUPS_PER_CORE workgroups per core. A task's first batch measures them
+(on by default; `--no-kernel-seeds` turns them off); evolution mutates from there. A
+hand-picked program of this shape ran a ResNet 3x3 conv 1.4-1.7x faster than what 48-96
+trials of search had found (results.md).
 """
 from __future__ import annotations
 
