@@ -15,11 +15,12 @@ writes curves.png.
   python tools/tuning_curve.py --retime --within 32   # the best programs, timed again
 
 A curve's best is the fastest of many noisy timings, random's after 1000 most of all (the
-maximum of 1000 draws keeps the luckiest): `--retime` builds random's top programs after
-1000 and every other run's best within its first `--within` measurements again, validates
-them and times them side by side in interleaved rounds with IREE's default (every
-program in every round: none leaves the race early), and says
-whether each run's program is as fast as random's best when both are timed alike.
+maximum of 1000 draws keeps the luckiest): `--retime` builds random's top 3 programs after
+1000 and every other run's top 3 within its first `--within` measurements again (3 as the
+tuner re-times its `top_k` before it hands a program back), validates them and times them
+side by side in interleaved rounds with IREE's default (every program in every round: none
+leaves the race early), and says whether each run's best re-timed program is as fast as
+random's best re-timed one.
 
 The task's key is written to OUT/WORKLOAD/task_key.txt, so a model can be trained without
 it (`python -m mlir_ansor.train_cost_model ... --exclude-task KEY`). The report compares
@@ -144,19 +145,21 @@ def best_programs(records: list[Record], within: int, top: int) -> list[Record]:
     return out[:top]
 
 
-def retime(root: Path, within: int, rounds: int, random_top: int = 3) -> None:
-    """Random's `random_top` best after 1000 and each other run's best within `within`
-    measurements, re-built, validated and timed side by side (interleaved rounds)."""
+def retime(root: Path, within: int, rounds: int, top: int = 3) -> None:
+    """Random's `top` best after 1000 and each other run's `top` best within `within`
+    measurements, re-built, validated and timed side by side (interleaved rounds); each
+    run is judged by its fastest re-timed program, as the tuner hands back the fastest of
+    its re-timed `top_k` (3)."""
     tools, cfg = Toolchain.find(), MeasureConfig()
     for wdir in sorted(p for p in root.iterdir() if (p / "random" / "records.jsonl").exists()):
         flops = int((wdir / "flops.txt").read_text())
         entries: list[tuple[str, Record]] = [
             ("random", r) for r in best_programs(
-                RecordStore(wdir / "random" / "records.jsonl").load(), 1000, random_top)]
+                RecordStore(wdir / "random" / "records.jsonl").load(), 1000, top)]
         for d in sorted(p for p in wdir.iterdir() if p.name != "random" and
                         (p / "records.jsonl").exists()):
             entries += [(d.name, r) for r in best_programs(
-                RecordStore(d / "records.jsonl").load(), within, 1)]
+                RecordStore(d / "records.jsonl").load(), within, top)]
         m = prepare(wdir.name, wdir, tools, cfg)
         again = m.remeasure([r.to_program() for _, r in entries], rounds=rounds, race=False)
         if again is None:
@@ -172,6 +175,14 @@ def retime(root: Path, within: int, rounds: int, random_top: int = 3) -> None:
             rel = f"{g / best_random:.3f}" if g and best_random else "-"
             print(f"  {run:32s} {r.program_key[:12]:14s} {flops / r.latency_s / 1e9:9.1f} "
                   f"{(f'{g:.1f}' if g else 'failed'):>9s} {rel:>14s}")
+        best: dict[str, float] = {}
+        for (run, _), g in zip(entries, gf):
+            if g:
+                best[run] = max(best.get(run, 0.0), g)
+        print(f"  each run's fastest re-timed program against random's ({top} of each re-timed):")
+        for run, g in best.items():
+            if run != "random" and best_random:
+                print(f"  {run:32s} {g:9.1f} GFLOP/s {g / best_random:8.3f}")
 
 
 def main() -> int:
