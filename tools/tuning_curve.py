@@ -42,6 +42,7 @@ from pathlib import Path
 from mlir_ansor.examples import matmul_1024, resnet50_last_conv
 from mlir_ansor.targets import host
 from mlir_ansor.tuner.cost_model import load_booster
+from mlir_ansor.tuner.driver import TuneOptions
 from mlir_ansor.tuner.frontend import import_model
 from mlir_ansor.tuner.measure import MeasureConfig, TaskMeasurer
 from mlir_ansor.tuner.records import Record, RecordStore
@@ -145,11 +146,11 @@ def best_programs(records: list[Record], within: int, top: int) -> list[Record]:
     return out[:top]
 
 
-def retime(root: Path, within: int, rounds: int, top: int = 3) -> None:
+def retime(root: Path, within: int, rounds: int, top: int = TuneOptions.top_k) -> None:
     """Random's `top` best after 1000 and each other run's `top` best within `within`
     measurements, re-built, validated and timed side by side (interleaved rounds); each
     run is judged by its fastest re-timed program, as the tuner hands back the fastest of
-    its re-timed `top_k` (3)."""
+    its re-timed `TuneOptions.top_k`."""
     tools, cfg = Toolchain.find(), MeasureConfig()
     for wdir in sorted(p for p in root.iterdir() if (p / "random" / "records.jsonl").exists()):
         flops = int((wdir / "flops.txt").read_text())
@@ -165,8 +166,11 @@ def retime(root: Path, within: int, rounds: int, top: int = 3) -> None:
         if again is None:
             raise SystemExit(f"{wdir.name}: IREE's default failed to run again")
         gf = [flops / t / 1e9 if t else None for t in again.tuned]
-        best_random = max((g for (run, _), g in zip(entries, gf) if run == "random" and g),
-                          default=None)
+        best: dict[str, float] = {}  # run -> its fastest re-timed program
+        for (run, _), g in zip(entries, gf):
+            if g:
+                best[run] = max(best.get(run, 0.0), g)
+        best_random = best.get("random")
         print(f"{wdir.name}: IREE default re-timed {flops / again.default_s / 1e9:.1f} "
               f"GFLOP/s; medians of {rounds} interleaved rounds, every program in each")
         print(f"  {'run':32s} {'program':14s} {'recorded':>9s} {'re-timed':>9s} "
@@ -175,10 +179,6 @@ def retime(root: Path, within: int, rounds: int, top: int = 3) -> None:
             rel = f"{g / best_random:.3f}" if g and best_random else "-"
             print(f"  {run:32s} {r.program_key[:12]:14s} {flops / r.latency_s / 1e9:9.1f} "
                   f"{(f'{g:.1f}' if g else 'failed'):>9s} {rel:>14s}")
-        best: dict[str, float] = {}
-        for (run, _), g in zip(entries, gf):
-            if g:
-                best[run] = max(best.get(run, 0.0), g)
         print(f"  each run's fastest re-timed program against random's ({top} of each re-timed):")
         for run, g in best.items():
             if run != "random" and best_random:
